@@ -1,0 +1,200 @@
+"""The `personalign` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from personalign.errors import PersonalignError
+from personalign.llm.spec import EMBEDDED_DEFAULT
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize.")
+run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
+app.add_typer(run_app, name="run")
+console = Console(stderr=True)
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="Subject model spec (default: local/smollm2).")
+]
+JudgeOpt = Annotated[
+    str | None,
+    typer.Option("--judge", "-j", help="Judge model spec for every judge role (required with --model)."),
+]
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+@run_app.command("cupid")
+def run_cupid_cmd(
+    model: ModelOpt = None,
+    judge: JudgeOpt = None,
+    decomposer: Annotated[str | None, typer.Option(help="Decomposer spec (default: --judge).")] = None,
+    matcher: Annotated[str | None, typer.Option(help="Matcher spec (default: --judge).")] = None,
+    matcher_format: Annotated[
+        str, typer.Option(help="'default' (GPT-style prompt) or 'prefmatcher' (PrefMatcher-7B format).")
+    ] = "default",
+    data: Annotated[
+        str, typer.Option(help="'fixture', 'hf[:repo[:split]]', or a .parquet/.json/.jsonl file or dir.")
+    ] = "fixture",
+    task: Annotated[
+        str, typer.Option(help="inference (the paper's default) | generation | both")
+    ] = "inference",
+    context: Annotated[
+        str, typer.Option(help="full | oracle | oracle-factor | summaries | gold-preference")
+    ] = "full",
+    instance_type: Annotated[
+        list[str] | None,
+        typer.Option("--instance-type", help="consistent | contrastive | changing (repeatable)"),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N selected instances.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Instances evaluated at once.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed for bootstrap CIs and any sampling.")] = 0,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Run directory (default: runs/cupid/<derived name>).")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(help="Max tokens for the subject's answers.")] = 1024,
+    max_cost: Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")] = None,
+    prices: Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")] = None,
+    cache: Annotated[
+        Path | None, typer.Option(help="Call cache file (default: ~/.cache/personalign/calls.sqlite).")
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the call cache.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run CUPID (inference and/or generation) and write a run directory."""
+    from personalign.benchmarks.cupid import CupidConfig
+    from personalign.report.cupid import print_run_summary
+    from personalign.runs.cupid_run import SMALL_MODEL_NOTICE, RunSettings, run_cupid
+
+    try:
+        if model and model != EMBEDDED_DEFAULT and not judge:
+            raise PersonalignError(
+                "--judge is required with --model: personalign never lets a model grade itself by default"
+            )
+        subject = model or EMBEDDED_DEFAULT
+        judge_spec = judge or EMBEDDED_DEFAULT
+        config = CupidConfig(
+            subject=subject,
+            decomposer=decomposer or judge_spec,
+            matcher=matcher or judge_spec,
+            judge=judge_spec,
+            task=task,  # type: ignore[arg-type]
+            context=context,
+            matcher_format=matcher_format,  # type: ignore[arg-type]
+            subject_max_tokens=max_tokens,
+        )
+        settings = RunSettings(
+            run_dir=run_dir,
+            concurrency=concurrency,
+            limit=limit,
+            instance_types=tuple(instance_type or ()),
+            seed=seed,
+            cache_path=cache,
+            use_cache=not no_cache,
+            max_cost_usd=max_cost,
+            prices=prices,
+            progress=progress,
+        )
+        console.print(
+            f"cupid: subject [bold]{config.subject}[/], decomposer {config.decomposer}, "
+            f"matcher {config.matcher} ({config.matcher_format}), judge {config.judge}; "
+            f"task {config.task}, context {config.context}"
+        )
+        if EMBEDDED_DEFAULT in (config.subject, config.judge):
+            console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
+        result = run_cupid(config, settings, data=data)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    print_run_summary(result.summary, result.run_dir.path)
+    if result.outcome.status == "stopped_budget":
+        raise typer.Exit(3)
+
+
+@app.command()
+def rescore(
+    run: Annotated[Path, typer.Argument(help="A finished run directory.")],
+    judge: JudgeOpt = None,
+    decomposer: Annotated[str | None, typer.Option()] = None,
+    matcher: Annotated[str | None, typer.Option()] = None,
+    matcher_format: Annotated[str | None, typer.Option()] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
+    concurrency: Annotated[int, typer.Option()] = 8,
+    cache: Annotated[Path | None, typer.Option()] = None,
+    progress: Annotated[bool, typer.Option()] = True,
+) -> None:
+    """Re-judge a run's saved subject outputs with other judge models (no subject calls)."""
+    from personalign.report.cupid import print_run_summary
+    from personalign.runs.cupid_run import RunSettings, rescore_cupid
+
+    try:
+        result = rescore_cupid(
+            run,
+            RunSettings(run_dir=run_dir, concurrency=concurrency, cache_path=cache, progress=progress),
+            judge=judge,
+            decomposer=decomposer,
+            matcher=matcher,
+            matcher_format=matcher_format,
+        )
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    print_run_summary(result.summary, result.run_dir.path)
+
+
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
+    out: Annotated[Path, typer.Option(help="Directory for report.md, report.csv and report.json.")] = Path(
+        "report"
+    ),
+) -> None:
+    """Print and write the paper-style tables (Table 1 and Table 3) for one or more runs."""
+    from personalign.report.cupid import build_report, write_report
+
+    try:
+        tables = build_report(runs)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    markdown = write_report(tables, out)
+    typer.echo(markdown)
+    console.print(f"written to {out}/report.md, report.csv, report.json")
+
+
+@app.command()
+def validate(
+    path: Annotated[
+        str, typer.Argument(help="A CUPID .parquet/.json/.jsonl file or directory, or 'fixture'.")
+    ],
+) -> None:
+    """Check a CUPID data file against the official schema."""
+    from personalign.data.cupid import load_cupid
+
+    try:
+        dataset = load_cupid(path)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    counts: dict[str, int] = {}
+    for instance in dataset.instances:
+        counts[instance.instance_type] = counts.get(instance.instance_type, 0) + 1
+    typer.echo(json.dumps({"source": dataset.source, "instances": len(dataset.instances), "by_type": counts}))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        console.print("interrupted; finished instances are saved, re-run the same command to resume")
+        sys.exit(130)

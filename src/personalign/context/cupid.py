@@ -1,0 +1,48 @@
+"""Context strategies for CUPID: which prior sessions the subject sees, and how they are rendered.
+
+- ``full``: all prior sessions (the paper's default);
+- ``oracle``: only sessions that share the current contextual preference (the paper's oracle);
+- ``oracle-factor``: only sessions with the current context factor (includes superseded ones);
+- ``summaries``: every prior session, each replaced by the subject model's own summary;
+- ``gold-preference``: no history; generation is given the gold preference (the paper's
+  "oracle preference" setting; generation task only).
+
+Only the dialogue text is ever rendered; context factors and preferences are annotations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from personalign.types import CupidInstance, Session
+
+CupidContext = Literal["full", "oracle", "oracle-factor", "summaries", "gold-preference"]
+CUPID_CONTEXTS: tuple[str, ...] = ("full", "oracle", "oracle-factor", "summaries", "gold-preference")
+
+_SPEAKER = {"user": "User", "assistant": "AI Assistant", "system": "System"}
+
+
+def format_session(session: Session) -> str:
+    """One session's dialogue as markdown blocks, without its annotations."""
+    return "\n\n".join(f"#### {_SPEAKER[m.role]}\n{m.content.strip()}" for m in session.dialogue)
+
+
+def format_history(bodies: Sequence[str]) -> str:
+    """Number the sessions chronologically and separate them with rules."""
+    if not bodies:
+        return "(no earlier conversations)"
+    return "\n\n---\n\n".join(f"### Session {k}\n\n{body}" for k, body in enumerate(bodies, start=1))
+
+
+def select_sessions(instance: CupidInstance, context: str) -> tuple[Session, ...]:
+    """The prior sessions a context strategy shows, in their original order."""
+    if context in ("full", "summaries"):
+        return instance.prior_interactions
+    if context == "oracle":
+        return instance.oracle_sessions()
+    if context == "oracle-factor":
+        return instance.same_factor_sessions()
+    if context == "gold-preference":
+        return ()
+    raise ValueError(f"unknown CUPID context strategy {context!r} (known: {', '.join(CUPID_CONTEXTS)})")

@@ -1,0 +1,102 @@
+"""The model layer: one async interface over every backend, with caching, retries and accounting.
+
+Typical use::
+
+    factory = ModelFactory(cache=CallCache(default_cache_path()))
+    model = factory.get("openai-compat/qwen@http://localhost:8000/v1")
+    completion = await model.complete(messages, GenerateConfig(max_tokens=256))
+"""
+
+from __future__ import annotations
+
+import json
+
+from personalign.errors import ConfigError
+from personalign.llm.backends import Backend
+from personalign.llm.cache import CallCache, cache_key, default_cache_path
+from personalign.llm.model import Model, RetryPolicy
+from personalign.llm.pricing import PriceTable
+from personalign.llm.spec import EMBEDDED_DEFAULT, ModelSpec, parse_model_spec
+from personalign.llm.types import Completion, GenerateConfig, Usage
+from personalign.llm.usage import UsageTracker
+
+
+def build_backend(spec: ModelSpec) -> Backend:
+    """Instantiate the backend for a spec; heavy imports happen only for the provider in use."""
+    if spec.provider == "local":
+        from personalign.llm.backends.llama_local import LlamaLocalBackend
+
+        return LlamaLocalBackend(spec)
+    if spec.provider == "scripted":
+        from personalign.llm.backends.scripted import ScriptedBackend
+
+        return ScriptedBackend()
+    if spec.provider == "anthropic":
+        from personalign.llm.backends.anthropic import AnthropicBackend
+
+        return AnthropicBackend(spec)
+    if spec.base_url:
+        from personalign.llm.backends.openai_compat import OpenAICompatBackend
+
+        return OpenAICompatBackend(spec)
+    raise ConfigError(f"no backend for {spec}")
+
+
+class ModelFactory:
+    """Builds `Model`s that share one cache, one usage tracker and one price table.
+
+    The same spec string always returns the same `Model`, so roles that name the same model
+    share its concurrency limit.
+    """
+
+    def __init__(
+        self,
+        *,
+        cache: CallCache | None,
+        tracker: UsageTracker | None = None,
+        prices: PriceTable | None = None,
+        backends: dict[str, Backend] | None = None,
+    ) -> None:
+        self.cache = cache
+        self.tracker = tracker or UsageTracker()
+        self.prices = prices or PriceTable.load()
+        self._backends = backends or {}
+        self._models: dict[str, Model] = {}
+
+    def get(self, spec: str | ModelSpec) -> Model:
+        parsed = parse_model_spec(spec) if isinstance(spec, str) else spec
+        key = json.dumps(parsed.to_record(), sort_keys=True)
+        if key not in self._models:
+            backend = self._backends.get(str(parsed)) or build_backend(parsed)
+            if self.tracker.max_cost_usd is not None and self.prices.price_for(parsed) is None:
+                raise ConfigError(
+                    f"a budget cap is set but the price table ({self.prices.source}) has no price for "
+                    f"{parsed.label}; add it with --prices FILE"
+                )
+            self._models[key] = Model(
+                parsed, backend, cache=self.cache, tracker=self.tracker, prices=self.prices
+            )
+        return self._models[key]
+
+    async def aclose(self) -> None:
+        for model in self._models.values():
+            await model.aclose()
+
+
+__all__ = [
+    "EMBEDDED_DEFAULT",
+    "CallCache",
+    "Completion",
+    "GenerateConfig",
+    "Model",
+    "ModelFactory",
+    "ModelSpec",
+    "PriceTable",
+    "RetryPolicy",
+    "Usage",
+    "UsageTracker",
+    "build_backend",
+    "cache_key",
+    "default_cache_path",
+    "parse_model_spec",
+]

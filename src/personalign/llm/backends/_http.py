@@ -1,0 +1,57 @@
+"""Shared HTTP helpers: error classification, Retry-After parsing and secret scrubbing."""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import time
+
+import httpx
+
+from personalign.errors import ConfigError, ModelCallError
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+
+
+def read_key(key_env: str | None, label: str) -> str | None:
+    """Read an API key from the environment variable the user named; never log it."""
+    if not key_env:
+        return None
+    value = os.environ.get(key_env)
+    if not value:
+        raise ConfigError(f"{label}: environment variable {key_env} is not set (it should hold the API key)")
+    return value
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def status_error(response: httpx.Response, label: str, secret: str | None) -> ModelCallError:
+    body = scrub(response.text[:300], secret).replace("\n", " ")
+    return ModelCallError(
+        f"{label}: HTTP {response.status_code}: {body}",
+        retryable=response.status_code in RETRYABLE_STATUS,
+        retry_after=parse_retry_after(response.headers.get("retry-after")),
+        status_code=response.status_code,
+    )
+
+
+def transport_error(exc: httpx.HTTPError, label: str) -> ModelCallError:
+    kind = type(exc).__name__
+    return ModelCallError(f"{label}: {kind}: {exc}", retryable=True)

@@ -1,0 +1,105 @@
+"""A deterministic in-process model for tests, dry runs and the loopback stub server.
+
+It recognises personalign's own prompts (by JSON schema name or section headings) and
+answers in the expected shape, with content derived from the prompt by word overlap, so
+metrics computed over its answers are non-trivial and reproducible. Tests can inject
+failures (raised before answering) and replace the responder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+
+from personalign.errors import ModelCallError
+from personalign.llm.types import BackendResponse, GenerateConfig, Usage
+from personalign.types import Message
+
+Responder = Callable[[Sequence[Message], GenerateConfig], str]
+
+_WORD = re.compile(r"[a-z]{4,}")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+def _overlap(a: str, b: str) -> float:
+    wa, wb = _words(a), _words(b)
+    return len(wa & wb) / max(1, len(wa))
+
+
+def _field(text: str, name: str) -> str:
+    match = re.search(rf"^{name}:\s*(.*)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else ""
+
+
+def _numbered(text: str) -> list[str]:
+    return re.findall(r"^\d+\.\s+(.*)$", text.split("Checklist:", 1)[-1], re.MULTILINE)
+
+
+def _label(score: float) -> str:
+    if score >= 0.5:
+        return "Fully Covered"
+    if score >= 0.2:
+        return "Partially Covered"
+    return "Not Covered"
+
+
+def default_responder(messages: Sequence[Message], config: GenerateConfig) -> str:
+    system = next((m.content for m in messages if m.role == "system"), "")
+    user = messages[-1].content
+    name = config.schema_name if config.json_schema is not None else ""
+    if name == "checklist":
+        preference = _field(user, "Preference")
+        words = preference.rstrip(".").split()
+        half = max(1, len(words) // 2)
+        items = [f"Does the response follow: {' '.join(words[:half])}?"]
+        if len(words) > 3:
+            items.append(f"Does the response follow: {' '.join(words[half:])}?")
+        return json.dumps({"checklist": items})
+    if name in ("match_results", "match_list"):
+        preference = _field(user, "Preference") or _field(user, "Criterion")
+        entries = [
+            {"index": i, "reasoning": "Compared by wording.", "label": _label(_overlap(item, preference))}
+            for i, item in enumerate(_numbered(user), start=1)
+        ]
+        if name == "match_list":
+            return json.dumps([{"index": e["index"], "label": e["label"]} for e in entries])
+        return json.dumps({"results": entries})
+    if name == "generation_judgement":
+        response = user.split("## AI assistant's response", 1)[-1]
+        score = 1 + round(9 * min(1.0, 2 * _overlap(system, response)))
+        return json.dumps({"analysis": "Scored by wording overlap.", "label": "Partial", "score": score})
+    if "Most Likely Preference" in user:
+        feedback = [line for line in user.splitlines() if line.strip() and not line.startswith("#")]
+        guess = feedback[1] if len(feedback) > 1 else "The user prefers concise answers."
+        return f"### Analysis\nRead the earlier sessions.\n\n### Most Likely Preference\n{guess[:200]}"
+    if "condense one conversation" in system:
+        return "The user asked for help and gave feedback: " + " ".join(user.split()[:40])
+    return "Here is a response that follows what you asked: " + " ".join(user.split()[-40:])
+
+
+class ScriptedBackend:
+    supports_json_schema = True
+
+    def __init__(self, responder: Responder | None = None, failures: Sequence[ModelCallError] = ()) -> None:
+        self.responder = responder or default_responder
+        self.failures = list(failures)
+        self.calls = 0
+
+    async def generate(
+        self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
+    ) -> BackendResponse:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        text = self.responder(messages, config)
+        prompt_tokens = sum(len(m.content.split()) for m in messages)
+        return BackendResponse(
+            text=text, usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=len(text.split()))
+        )
+
+    async def aclose(self) -> None:
+        return None

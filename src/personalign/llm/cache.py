@@ -1,0 +1,81 @@
+"""One SQLite cache for every model call.
+
+The key is a hash of everything that changes the output: provider, model, messages and the
+full `GenerateConfig`. Retries, timeouts, concurrency and base URLs are not part of it, so a
+model moved to another port still hits its cache. Errors are never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from personalign.llm.types import GenerateConfig
+from personalign.types import Message
+
+CACHE_VERSION = 1
+
+
+def default_cache_path() -> Path:
+    root = os.environ.get("PERSONALIGN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "personalign"
+    )
+    return Path(root) / "calls.sqlite"
+
+
+def cache_key(model_label: str, messages: Sequence[Message], config: GenerateConfig) -> str:
+    payload = {
+        "v": CACHE_VERSION,
+        "model": model_label,
+        "messages": [[m.role, m.content] for m in messages],
+        "config": config.cache_fields(),
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class CallCache:
+    """A thread-safe key/value store of successful completions."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT NOT NULL,"
+                " payload TEXT NOT NULL, created REAL NOT NULL)"
+            )
+            self._conn.commit()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._conn.execute("SELECT payload FROM calls WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, model: str, payload: dict[str, Any]) -> None:
+        blob = json.dumps(payload, ensure_ascii=False)
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO calls (key, model, payload, created) VALUES (?, ?, ?, ?)",
+                (key, model, blob, time.time()),
+            )
+            self._conn.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,130 @@
+"""`Model`: a backend wrapped with the cache, a concurrency limit, retries, usage and cost."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from personalign.errors import ModelCallError
+from personalign.llm.backends import Backend
+from personalign.llm.cache import CallCache, cache_key
+from personalign.llm.pricing import PriceTable
+from personalign.llm.spec import ModelSpec
+from personalign.llm.types import Completion, GenerateConfig, Usage
+from personalign.llm.usage import UsageTracker
+from personalign.types import Message
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter; a server's Retry-After wins when it is longer."""
+
+    max_retries: int = 4
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    max_retry_after: float = 300.0
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        backoff = rng.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
+        if retry_after is not None:
+            return max(min(retry_after, self.max_retry_after), backoff)
+        return backoff
+
+
+class Model:
+    """The one way personalign calls a model: `await model.complete(messages, config)`."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        backend: Backend,
+        *,
+        cache: CallCache | None,
+        tracker: UsageTracker,
+        prices: PriceTable,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.cache = cache
+        self.tracker = tracker
+        self.prices = prices
+        self.retry = retry or RetryPolicy(max_retries=spec.max_retries)
+        self._semaphore = asyncio.Semaphore(spec.concurrency)
+        self._rng = rng or random.Random()
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    async def complete(self, messages: Sequence[Message], config: GenerateConfig | None = None) -> Completion:
+        """Answer from the cache, or call the backend with retries; raise `ModelCallError` on failure."""
+        config = config or GenerateConfig()
+        # How a schema is sent changes what comes back, so it is part of the key; the base URL is not.
+        identity = self.label if config.json_schema is None else f"{self.label}|{self.spec.schema_mode}"
+        key = cache_key(identity, messages, config)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.tracker.record_cache_hit(self.label)
+                return Completion(
+                    text=hit["text"],
+                    usage=Usage(**hit["usage"]),
+                    model=self.label,
+                    cached=True,
+                    cost_usd=0.0,
+                    raw=hit.get("raw"),
+                )
+        self.tracker.check_budget()
+        attempt = 0
+        started = time.perf_counter()
+        while True:
+            try:
+                async with self._semaphore:
+                    response = await asyncio.wait_for(
+                        self.backend.generate(messages, config, timeout=self.spec.timeout),
+                        timeout=self.spec.timeout + 5,
+                    )
+                break
+            except asyncio.TimeoutError:
+                error = ModelCallError(
+                    f"{self.label}: no answer within {self.spec.timeout:g}s", retryable=True
+                )
+            except ModelCallError as exc:
+                error = exc
+            if not error.retryable or attempt >= self.retry.max_retries:
+                self.tracker.record_error(self.label, attempt)
+                suffix = f" (after {attempt + 1} attempts)" if attempt else ""
+                raise ModelCallError(
+                    f"{error}{suffix}",
+                    retryable=error.retryable,
+                    retry_after=error.retry_after,
+                    status_code=error.status_code,
+                ) from error
+            await asyncio.sleep(self.retry.delay(attempt, error.retry_after, self._rng))
+            attempt += 1
+        latency = time.perf_counter() - started
+        cost = self.prices.cost(self.spec, response.usage)
+        self.tracker.record_call(self.label, response.usage, cost, attempt)
+        if self.cache is not None:
+            self.cache.put(
+                key,
+                self.label,
+                {"text": response.text, "usage": response.usage.model_dump(), "raw": response.raw},
+            )
+        return Completion(
+            text=response.text,
+            usage=response.usage,
+            model=self.label,
+            latency_s=latency,
+            cost_usd=cost,
+            attempts=attempt + 1,
+            raw=response.raw,
+        )
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()

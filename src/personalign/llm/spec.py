@@ -1,0 +1,137 @@
+"""Model specs: the short strings users type to name a model.
+
+Syntax: ``provider/model[@base_url][?option=value&...]``
+
+- ``local/smollm2``: the bundled SmolLM2-135M-Instruct, in-process via llama.cpp (default);
+  ``local/<path-to.gguf>`` for any GGUF file.
+- ``openai/<model>``: api.openai.com, key from ``OPENAI_API_KEY``.
+- ``openrouter/<model>``, ``together/<model>``: their OpenAI-compatible APIs.
+- ``openai-compat/<model>@<base_url>``: any OpenAI-compatible server (vLLM, SGLang, Ollama,
+  llama.cpp server, ...); no key unless ``key_env`` is given.
+- ``anthropic/<model>``: the Anthropic Messages API, key from ``ANTHROPIC_API_KEY``.
+- ``scripted/<name>``: a deterministic in-process model for tests and dry runs.
+
+Options: ``key_env`` (name of the env var holding the key; the key itself is never part of
+a spec), ``concurrency``, ``timeout`` (seconds per call), ``max_retries``, and for
+OpenAI-compatible servers ``schema_mode`` = ``json_schema`` (OpenAI style, default) |
+``json_object`` (llama-cpp-python server style) | ``none``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
+
+from personalign.errors import ConfigError
+
+OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
+    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "together": ("https://api.together.xyz/v1", "TOGETHER_API_KEY"),
+}
+PROVIDERS = (*OPENAI_COMPATIBLE_HOSTS, "openai-compat", "anthropic", "local", "scripted")
+DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8}
+KNOWN_OPTIONS = {"key_env", "concurrency", "timeout", "max_retries", "schema_mode"}
+SCHEMA_MODES = {"json_schema", "json_object", "none"}
+
+EMBEDDED_DEFAULT = "local/smollm2"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    provider: str
+    model: str
+    base_url: str | None = None
+    key_env: str | None = None
+    concurrency: int = 16
+    timeout: float = 120.0
+    max_retries: int = 4
+    schema_mode: str = "json_schema"
+    options: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def label(self) -> str:
+        """Identity of the model (used in cache keys, reports and run names)."""
+        return f"{self.provider}/{self.model}"
+
+    def __str__(self) -> str:
+        text = self.label
+        if self.base_url and self.provider == "openai-compat":
+            text += f"@{self.base_url}"
+        return text
+
+    def to_record(self) -> dict[str, object]:
+        """A JSON-safe description for manifests; never contains a key, only its variable name."""
+        return {
+            "spec": str(self),
+            "provider": self.provider,
+            "model": self.model,
+            "base_url": self.base_url,
+            "key_env": self.key_env,
+            "concurrency": self.concurrency,
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "schema_mode": self.schema_mode,
+        }
+
+
+def parse_model_spec(text: str) -> ModelSpec:
+    """Parse a spec string; raises `ConfigError` with the reason when it is malformed."""
+    raw = text.strip()
+    if "/" not in raw:
+        raise ConfigError(
+            f"model spec {text!r} must look like provider/model (providers: {', '.join(PROVIDERS)})"
+        )
+    raw, _, query = raw.partition("?")
+    provider, _, rest = raw.partition("/")
+    provider = provider.lower()
+    if provider not in PROVIDERS:
+        raise ConfigError(f"unknown provider {provider!r} in {text!r} (known: {', '.join(PROVIDERS)})")
+    model, _, base_url = rest.partition("@")
+    if not model:
+        raise ConfigError(f"model spec {text!r} names no model")
+    options = dict(parse_qsl(query, keep_blank_values=True)) if query else {}
+    unknown = set(options) - KNOWN_OPTIONS
+    if unknown:
+        raise ConfigError(f"unknown option(s) {sorted(unknown)} in {text!r} (known: {sorted(KNOWN_OPTIONS)})")
+
+    key_env = options.get("key_env")
+    if provider in OPENAI_COMPATIBLE_HOSTS:
+        default_url, default_key = OPENAI_COMPATIBLE_HOSTS[provider]
+        base_url = base_url or default_url
+        key_env = key_env or default_key
+    elif provider == "openai-compat":
+        if not base_url:
+            raise ConfigError(
+                f"{text!r}: openai-compat needs a base URL, e.g. openai-compat/NAME@http://host:8000/v1"
+            )
+    elif provider == "anthropic":
+        base_url = base_url or "https://api.anthropic.com"
+        key_env = key_env or "ANTHROPIC_API_KEY"
+    elif base_url:
+        raise ConfigError(f"{text!r}: provider {provider!r} takes no base URL")
+    if base_url and not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"{text!r}: base URL must start with http:// or https://")
+
+    schema_mode = options.get("schema_mode", "json_schema")
+    if schema_mode not in SCHEMA_MODES:
+        raise ConfigError(f"{text!r}: schema_mode must be one of {sorted(SCHEMA_MODES)}")
+    try:
+        concurrency = int(options.get("concurrency", DEFAULT_CONCURRENCY.get(provider, 16)))
+        timeout = float(options.get("timeout", 120.0))
+        max_retries = int(options.get("max_retries", 4))
+    except ValueError as exc:
+        raise ConfigError(f"{text!r}: bad numeric option ({exc})") from None
+    if concurrency < 1 or timeout <= 0 or max_retries < 0:
+        raise ConfigError(f"{text!r}: concurrency >= 1, timeout > 0 and max_retries >= 0 are required")
+    return ModelSpec(
+        provider=provider,
+        model=model,
+        base_url=base_url.rstrip("/") if base_url else None,
+        key_env=key_env,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_retries=max_retries,
+        schema_mode=schema_mode,
+        options=options,
+    )

@@ -1,0 +1,67 @@
+"""Value types of the model layer: what a call asks for and what it returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from personalign.types import Message
+
+
+class GenerateConfig(BaseModel):
+    """Sampling and output settings of one call. Every field changes the output, so every
+    field is part of the cache key; retries, timeouts and concurrency live elsewhere."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="Sampling temperature; 0 is greedy.")
+    max_tokens: int = Field(1024, gt=0, description="Upper bound on generated tokens.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling; None = backend default.")
+    seed: int | None = Field(None, description="Sampling seed, for backends that accept one.")
+    stop: tuple[str, ...] | None = Field(None, description="Stop sequences.")
+    json_schema: dict[str, Any] | None = Field(
+        None, description="JSON schema the output must follow; enforced where the backend supports it."
+    )
+    schema_name: str = Field("output", description="Name given to the schema (some APIs require one).")
+    sample_index: int = Field(
+        0, ge=0, description="Distinguishes repeated samples of the same prompt so each is cached apart."
+    )
+
+    def cache_fields(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class BackendResponse(BaseModel):
+    """What a backend returns for one successful attempt."""
+
+    text: str
+    usage: Usage = Usage()
+    raw: dict[str, Any] | None = None
+
+
+class Completion(BaseModel):
+    """The result of `Model.complete`: text plus accounting."""
+
+    text: str
+    usage: Usage
+    model: str
+    cached: bool = False
+    latency_s: float = 0.0
+    cost_usd: float | None = None
+    attempts: int = 0
+    raw: dict[str, Any] | None = None
+
+
+__all__ = ["BackendResponse", "Completion", "GenerateConfig", "Message", "Usage"]

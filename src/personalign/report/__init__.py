@@ -1,0 +1,1 @@
+"""Paper-style tables from run directories: Markdown, CSV and JSON."""

@@ -1,0 +1,278 @@
+"""Run CUPID end to end: load data, build models, open (or resume) the run, evaluate, summarize."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from personalign.benchmarks.cupid import (
+    SUBJECT_STEPS,
+    CupidBenchmark,
+    CupidConfig,
+    CupidModels,
+    prompt_hashes,
+    summarize,
+)
+from personalign.data.cupid import LoadedDataset, load_cupid
+from personalign.errors import ConfigError
+from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
+from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs.manifest import environment, identity_hash, now
+from personalign.runs.progress import RunProgress
+from personalign.runs.records import InstanceRecord, StepRecord
+from personalign.runs.runner import Runner, RunOutcome, open_run
+from personalign.runs.store import RunDir
+from personalign.types import CupidInstance
+
+SMALL_MODEL_NOTICE = (
+    "Numbers from the bundled 135M-parameter model demonstrate the pipeline, not any model's "
+    "ability; use --model/--judge with real models for meaningful results."
+)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How to run (not what): none of these change the results."""
+
+    run_dir: Path | None = None
+    runs_root: Path = Path("runs")
+    concurrency: int = 8
+    limit: int | None = None
+    instance_types: tuple[str, ...] = ()
+    seed: int = 0
+    cache_path: Path | None = None
+    use_cache: bool = True
+    max_cost_usd: float | None = None
+    prices: Path | None = None
+    progress: bool = True
+
+
+def select(instances: Sequence[CupidInstance], settings: RunSettings) -> list[CupidInstance]:
+    chosen = [
+        i for i in instances if not settings.instance_types or i.instance_type in settings.instance_types
+    ]
+    return chosen[: settings.limit] if settings.limit is not None else chosen
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def cupid_identity(config: CupidConfig, data: LoadedDataset, seed: int) -> dict[str, Any]:
+    models = {
+        role: parse_model_spec(getattr(config, role)).label
+        for role in ("subject", "decomposer", "matcher", "judge")
+    }
+    cfg = {k: v for k, v in config.to_record().items() if k not in models}
+    return {
+        "benchmark": "cupid",
+        "config": cfg,
+        "models": models,
+        "data": {"source": data.source, "sha256": data.sha256},
+        "seed": seed,
+    }
+
+
+def build_manifest(
+    config: CupidConfig, data: LoadedDataset, settings: RunSettings, factory: ModelFactory
+) -> dict[str, Any]:
+    identity = cupid_identity(config, data, settings.seed)
+    return {
+        "benchmark": "cupid",
+        "identity": identity,
+        "identity_hash": identity_hash(identity),
+        "config": config.to_record(),
+        "models": {
+            role: factory.get(getattr(config, role)).spec.to_record()
+            for role in ("subject", "decomposer", "matcher", "judge")
+        },
+        "data": {"source": data.source, "sha256": data.sha256, "n_instances": len(data.instances)},
+        "selection": {"limit": settings.limit, "instance_types": list(settings.instance_types)},
+        "prompts": prompt_hashes(),
+        "seed": settings.seed,
+        "max_cost_usd": settings.max_cost_usd,
+        "prices": factory.prices.source,
+        "environment": environment(),
+    }
+
+
+def default_run_dir(config: CupidConfig, identity: dict[str, Any], root: Path) -> Path:
+    subject = _slug(parse_model_spec(config.subject).label.replace("/", "-"))
+    return root / "cupid" / f"{subject}__{config.context}__{config.task}__{identity_hash(identity)[:8]}"
+
+
+def make_factory(settings: RunSettings) -> ModelFactory:
+    cache = CallCache(settings.cache_path or default_cache_path()) if settings.use_cache else None
+    return ModelFactory(
+        cache=cache,
+        tracker=UsageTracker(max_cost_usd=settings.max_cost_usd),
+        prices=PriceTable.load(settings.prices),
+    )
+
+
+@dataclass
+class RunResult:
+    run_dir: RunDir
+    outcome: RunOutcome
+    summary: dict[str, Any]
+
+
+def write_summary(
+    run_dir: RunDir,
+    config: CupidConfig,
+    records: Mapping[str, InstanceRecord],
+    status: str,
+    factory: ModelFactory,
+    seed: int,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    metrics = summarize(records.values(), config.tasks, seed=seed)
+    uses_default = EMBEDDED_DEFAULT in {config.subject, config.judge, config.matcher, config.decomposer}
+    summary = {
+        "benchmark": "cupid",
+        "status": status,
+        "finished": now(),
+        "task": config.task,
+        "context": config.context,
+        "models": {
+            r: parse_model_spec(getattr(config, r)).label
+            for r in ("subject", "decomposer", "matcher", "judge")
+        },
+        **metrics,
+        "usage": factory.tracker.to_record(),
+        **({"notice": SMALL_MODEL_NOTICE} if uses_default else {}),
+        **(extra or {}),
+    }
+    run_dir.write_summary(summary)
+    return summary
+
+
+async def _execute(
+    config: CupidConfig,
+    instances: Sequence[CupidInstance],
+    run_dir: RunDir,
+    factory: ModelFactory,
+    settings: RunSettings,
+    previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+) -> RunOutcome:
+    models = CupidModels(
+        subject=factory.get(config.subject),
+        decomposer=factory.get(config.decomposer),
+        matcher=factory.get(config.matcher),
+        judge=factory.get(config.judge),
+    )
+    benchmark = CupidBenchmark(config, models)
+    if previous_steps is not None:
+        original = benchmark.evaluate
+
+        async def evaluate(
+            instance: CupidInstance, previous: Mapping[str, StepRecord] | None = None
+        ) -> InstanceRecord:
+            return await original(instance, previous or previous_steps(instance.id))
+
+        benchmark.evaluate = evaluate  # type: ignore[method-assign]
+    progress = (
+        RunProgress(factory.tracker, total=len(instances), label="cupid") if settings.progress else None
+    )
+    runner: Runner[CupidInstance] = Runner(
+        benchmark,
+        run_dir,
+        factory.tracker,
+        concurrency=settings.concurrency,
+        on_done=(lambda _record: progress.advance()) if progress else None,
+    )
+    try:
+        if progress:
+            with progress:
+                for _ in range(len(instances) - len(runner.pending(instances)[0])):
+                    progress.advance()
+                return await runner.run(instances)
+        return await runner.run(instances)
+    finally:
+        await factory.aclose()
+
+
+def run_cupid(
+    config: CupidConfig,
+    settings: RunSettings,
+    *,
+    data: str | Path = "fixture",
+    factory: ModelFactory | None = None,
+) -> RunResult:
+    """Evaluate (or resume) a CUPID run and write its summary."""
+    dataset = load_cupid(data)
+    instances = select(dataset.instances, settings)
+    if not instances:
+        raise ConfigError("no instances selected (check --instance-type and --limit)")
+    factory = factory or make_factory(settings)
+    manifest = build_manifest(config, dataset, settings, factory)
+    run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
+    open_run(run_dir, manifest)
+    outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
+    summary = write_summary(run_dir, config, outcome.records, outcome.status, factory, settings.seed)
+    return RunResult(run_dir, outcome, summary)
+
+
+def rescore_cupid(
+    source: Path,
+    settings: RunSettings,
+    *,
+    judge: str | None = None,
+    decomposer: str | None = None,
+    matcher: str | None = None,
+    matcher_format: str | None = None,
+    data: str | Path | None = None,
+    factory: ModelFactory | None = None,
+) -> RunResult:
+    """Re-judge a finished run's saved subject outputs with other judges, into a new run directory."""
+    old_dir = RunDir(source)
+    manifest = old_dir.read_manifest()
+    if manifest.get("benchmark") != "cupid":
+        raise ConfigError(f"{source} is not a CUPID run")
+    old = CupidConfig(**manifest["config"])
+    changes: dict[str, Any] = {}
+    if judge:
+        changes.update(judge=judge, decomposer=decomposer or judge, matcher=matcher or judge)
+    if decomposer:
+        changes["decomposer"] = decomposer
+    if matcher:
+        changes["matcher"] = matcher
+    if matcher_format:
+        changes["matcher_format"] = matcher_format
+    if not changes:
+        raise ConfigError("rescore needs at least one of --judge, --decomposer, --matcher, --matcher-format")
+    config = replace(old, **changes)
+    source_data = data or manifest["data"]["source"]
+    if str(source_data).startswith("fixture:"):
+        source_data = "fixture"
+    dataset = load_cupid(source_data)
+    if manifest["data"].get("sha256") and dataset.sha256 != manifest["data"]["sha256"]:
+        raise ConfigError(f"the data at {source_data} changed since {source} was run (sha256 differs)")
+    old_records = old_dir.records()
+    instances = [i for i in dataset.instances if i.id in old_records]
+    factory = factory or make_factory(settings)
+    new_manifest = build_manifest(config, dataset, settings, factory)
+    new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
+    target = settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}")
+    run_dir = RunDir(target)
+    open_run(run_dir, new_manifest)
+
+    def kept(instance_id: str) -> Mapping[str, StepRecord]:
+        steps = old_records[instance_id].steps
+        return {k: v for k, v in steps.items() if k in SUBJECT_STEPS or k.startswith("summary/")}
+
+    outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings, previous_steps=kept))
+    summary = write_summary(
+        run_dir,
+        config,
+        outcome.records,
+        outcome.status,
+        factory,
+        settings.seed,
+        {"rescored_from": str(source)},
+    )
+    return RunResult(run_dir, outcome, summary)

@@ -1,0 +1,53 @@
+"""The result records written to `samples.jsonl`: one `InstanceRecord` per instance.
+
+A record keeps every step's raw model output next to its parsed value and status, so a
+result can be audited, re-scored or resumed without calling the subject model again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["ok", "error"]
+
+
+class StepRecord(BaseModel):
+    """One step of an instance's evaluation (a model call, or a decision made without one)."""
+
+    role: str = Field(description="subject | decomposer | matcher | judge")
+    model: str | None = Field(None, description="provider/model that answered; None when no call was needed")
+    prompt: str | None = Field(None, description="template name")
+    prompt_sha256: str | None = None
+    status: Status = "ok"
+    raw: list[str] = Field(
+        default_factory=list, description="raw outputs, one per attempt (re-asks included)"
+    )
+    parsed: Any = None
+    error: str | None = None
+    flags: list[str] = Field(default_factory=list, description="e.g. empty_inference, missing_section, reask")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+    cached: bool = False
+    latency_s: float = 0.0
+
+
+class TaskResult(BaseModel):
+    """The outcome of one task (e.g. inference, generation) on one instance."""
+
+    status: Status
+    error: str | None = None
+    scores: dict[str, Any] = Field(default_factory=dict)
+
+
+class InstanceRecord(BaseModel):
+    instance_id: str
+    meta: dict[str, Any] = Field(default_factory=dict)
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    results: dict[str, TaskResult] = Field(default_factory=dict)
+
+    @property
+    def status(self) -> Status:
+        return "ok" if self.results and all(r.status == "ok" for r in self.results.values()) else "error"

@@ -1,0 +1,136 @@
+"""Async execution of a benchmark over its instances, with resume and a clean budget stop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from personalign.errors import ConfigError
+from personalign.llm.usage import UsageTracker
+from personalign.runs.manifest import identity_diff, now
+from personalign.runs.records import InstanceRecord, StepRecord
+from personalign.runs.store import RunDir
+
+InstanceT = TypeVar("InstanceT")
+InstanceT_contra = TypeVar("InstanceT_contra", contravariant=True)
+
+
+class Evaluator(Protocol[InstanceT_contra]):
+    """What the runner needs from a benchmark."""
+
+    def instance_id(self, instance: InstanceT_contra) -> str: ...
+
+    async def evaluate(
+        self, instance: InstanceT_contra, previous: Mapping[str, StepRecord] | None = None
+    ) -> InstanceRecord: ...
+
+
+@dataclass
+class RunOutcome:
+    status: str  # complete | complete_with_errors | stopped_budget | interrupted
+    evaluated: int
+    skipped: int
+    records: dict[str, InstanceRecord] = field(default_factory=dict)
+
+
+def open_run(run_dir: RunDir, manifest: dict[str, Any], *, resume: bool = True) -> bool:
+    """Create the run directory, or check that an existing one has the same identity.
+
+    Returns True when resuming. The identity (benchmark, config, models, data, seed) must
+    match; selection options such as --limit may differ.
+    """
+    if run_dir.exists():
+        old = run_dir.read_manifest()
+        if old.get("identity") != manifest["identity"]:
+            diffs = identity_diff(old.get("identity", {}), manifest["identity"])
+            raise ConfigError(
+                f"{run_dir.path} holds a run with another configuration ({'; '.join(diffs[:5])}); "
+                "pick another --run-dir"
+            )
+        if not resume:
+            raise ConfigError(f"{run_dir.path} already holds this run; use --resume to continue it")
+        merged = {**old, "updated": now(), "environment": manifest.get("environment", old.get("environment"))}
+        run_dir.write_manifest(merged)
+        run_dir.drop_partial_line()
+        return True
+    run_dir.write_manifest({**manifest, "created": now()})
+    return False
+
+
+class Runner(Generic[InstanceT]):
+    def __init__(
+        self,
+        evaluator: Evaluator[InstanceT],
+        run_dir: RunDir,
+        tracker: UsageTracker,
+        *,
+        concurrency: int = 8,
+        on_done: Callable[[InstanceRecord], None] | None = None,
+    ) -> None:
+        self.evaluator = evaluator
+        self.run_dir = run_dir
+        self.tracker = tracker
+        self.concurrency = max(1, concurrency)
+        self.on_done = on_done
+
+    def pending(self, instances: Sequence[InstanceT]) -> tuple[list[InstanceT], dict[str, InstanceRecord]]:
+        existing = self.run_dir.records()
+        todo = [
+            i
+            for i in instances
+            if existing.get(self.evaluator.instance_id(i)) is None
+            or existing[self.evaluator.instance_id(i)].status != "ok"
+        ]
+        return todo, existing
+
+    async def run(self, instances: Sequence[InstanceT]) -> RunOutcome:
+        todo, existing = self.pending(instances)
+        semaphore = asyncio.Semaphore(self.concurrency)
+        stopped = asyncio.Event()
+        evaluated = 0
+
+        async def one(instance: InstanceT) -> None:
+            nonlocal evaluated
+            async with semaphore:
+                if stopped.is_set():
+                    return
+                if (
+                    self.tracker.max_cost_usd is not None
+                    and self.tracker.cost_usd >= self.tracker.max_cost_usd
+                ):
+                    stopped.set()
+                    return
+                key = self.evaluator.instance_id(instance)
+                previous = existing.get(key)
+                record = await self.evaluator.evaluate(instance, previous.steps if previous else None)
+                self.run_dir.append(record)
+                existing[key] = record
+                evaluated += 1
+                if self.on_done:
+                    self.on_done(record)
+
+        tasks = [asyncio.ensure_future(one(i)) for i in todo]
+        try:
+            await asyncio.gather(*tasks)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            selected = {self.evaluator.instance_id(i) for i in instances}
+            return RunOutcome(
+                "interrupted",
+                evaluated,
+                len(instances) - len(todo),
+                {k: v for k, v in existing.items() if k in selected},
+            )
+        selected_ids = [self.evaluator.instance_id(i) for i in instances]
+        records = {k: existing[k] for k in selected_ids if k in existing}
+        if stopped.is_set():
+            status = "stopped_budget"
+        elif any(r.status != "ok" for r in records.values()):
+            status = "complete_with_errors"
+        else:
+            status = "complete"
+        return RunOutcome(status, evaluated, len(instances) - len(todo), records)
