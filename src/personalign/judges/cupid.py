@@ -92,8 +92,8 @@ class MissingSection(ParseError):
 
 
 def _clean_sentence(paragraph: str) -> str:
-    sentence = " ".join(line.strip() for line in paragraph.splitlines() if line.strip())
-    sentence = re.sub(r"^(?:[-*>]|\d+[.)])\s+", "", sentence)
+    lines = (re.sub(r"^(?:[-*>]\s*|\d+[.)]\s+)+", "", line.strip()) for line in paragraph.splitlines())
+    sentence = " ".join(line for line in lines if line)
     return sentence.replace("**", "").replace("__", "").strip().strip('"').strip()
 
 
@@ -166,7 +166,7 @@ def parse_match(text: str, n_items: int, fmt: MatcherFormat = "default") -> list
         if not isinstance(entry, dict):
             raise ParseError(f"matcher: entry {position} is not an object")
         index = entry.get("index", position)
-        if isinstance(index, str) and index.strip().isdigit():
+        if isinstance(index, str) and index.strip().isdecimal() and index.strip().isascii():
             index = int(index)
         if not isinstance(index, int) or isinstance(index, bool) or not 1 <= index <= n_items:
             raise ParseError(f"matcher: entry {position} has index {index!r}, outside 1..{n_items}")
@@ -186,7 +186,7 @@ class GenerationJudgement:
 def parse_generation_judgement(text: str) -> GenerationJudgement:
     data = require_object(extract_json(text), "generation judge")
     score = data.get("score")
-    if isinstance(score, str) and score.strip().isdigit():
+    if isinstance(score, str) and score.strip().isdecimal() and score.strip().isascii():
         score = int(score.strip())
     if isinstance(score, float) and score.is_integer():
         score = int(score)

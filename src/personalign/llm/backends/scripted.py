@@ -49,7 +49,8 @@ def _label(score: float) -> str:
 
 def default_responder(messages: Sequence[Message], config: GenerateConfig) -> str:
     system = next((m.content for m in messages if m.role == "system"), "")
-    user = messages[-1].content
+    # The first user message holds the task; later ones are re-asks that refer back to it.
+    user = next((m.content for m in messages if m.role == "user"), "")
     name = config.schema_name if config.json_schema is not None else ""
     if name == "checklist":
         preference = _field(user, "Preference")

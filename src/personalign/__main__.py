@@ -1,0 +1,5 @@
+"""`python -m personalign` is the `personalign` command."""
+
+from personalign.cli import main
+
+main()

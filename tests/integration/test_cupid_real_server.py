@@ -1,0 +1,64 @@
+"""A full CUPID run (inference + generation) over HTTP against the real llama.cpp server."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from personalign.benchmarks.cupid import CupidConfig
+from personalign.report.cupid import build_report, write_report
+from personalign.runs.cupid_run import RunSettings, run_cupid
+from personalign.runs.store import RunDir
+from tests.support.llama_server import llama_server, spec_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_full_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
+    with llama_server() as base_url:
+        spec = spec_for(base_url)
+        config = CupidConfig(
+            subject=spec, decomposer=spec, matcher=spec, judge=spec, task="both", subject_max_tokens=160
+        )
+        settings = RunSettings(
+            run_dir=tmp_path / "run",
+            limit=2,
+            concurrency=2,
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+        )
+        result = run_cupid(config, settings)
+
+        records = RunDir(tmp_path / "run").records()
+        assert len(records) == 2
+        for record in records.values():
+            assert set(record.results) == {"inference", "generation"}
+            # Every step that called a model names it and keeps its raw output.
+            called = [s for s in record.steps.values() if s.model]
+            assert {s.model for s in called} == {"openai-compat/smollm2"}
+            assert all(s.raw for s in called)
+            assert all(s.prompt_tokens > 0 for s in called)
+            for task in record.results.values():
+                # Scored, or recorded as an error with a reason: never a silent default.
+                assert task.status == "ok" or task.error
+        summary = result.summary
+        for task in ("inference", "generation"):
+            assert summary[task]["n_scored"] + summary[task]["n_errors"] == 2
+        assert summary["inference"]["n_scored"] == 2  # schema-constrained judges parse on this model
+        assert 0.0 <= summary["inference"]["all"]["f1"] <= 1.0
+        assert summary["usage"]["calls"] >= 2 * 4
+        manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+        assert manifest["models"]["judge"]["model"] == "smollm2"
+
+        # A second run of the same configuration is answered entirely from the cache.
+        again = run_cupid(config, replace(settings, run_dir=tmp_path / "run2"))
+        assert again.summary["usage"]["calls"] == 0
+        assert again.summary["usage"]["cache_hits"] > 0
+        assert again.summary["inference"]["all"] == summary["inference"]["all"]
+
+    markdown = write_report(build_report([tmp_path / "run"]), tmp_path / "report")
+    assert "Table 1" in markdown and "Table 3" in markdown
+    assert (tmp_path / "report" / "report.csv").read_text().count("\n") > 1
