@@ -218,3 +218,19 @@ class StubServer:
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     payload = {"error": {"message": message, "type": "stub_error", "code": status}}
     return JSONResponse(payload, status_code=status, headers=headers)
+
+
+def main() -> None:
+    """Serve until killed, printing the base URL: ``python -m tests.support.stub_server --latency 0.1``."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    server = StubServer(latency=args.latency).start()
+    print(server.base_url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

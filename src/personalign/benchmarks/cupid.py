@@ -310,7 +310,8 @@ def _type_of(record: InstanceRecord) -> str:
 def _mean_with_ci(values: list[float], seed: int) -> dict[str, Any]:
     if not values:
         return {"mean": None, "ci": None, "n": 0}
-    ci = bootstrap_ci(np.array(values, dtype=float), mean_statistic, seed=seed)
+    n = len(values)
+    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
     return {"mean": float(np.mean(values)), "ci": ci, "n": len(values)}
 
 

@@ -89,6 +89,19 @@ def _load_hf(spec: str) -> LoadedDataset:
     return LoadedDataset(instances, source, None)
 
 
+def describe_source(source: str | Path) -> tuple[str, str | None]:
+    """The (source, sha256) that `load_cupid` would report, without parsing the data."""
+    text = str(source)
+    if text == "fixture":
+        return "fixture:cupid_sample.jsonl", file_sha256(fixture_path("cupid_sample.jsonl"))
+    if text == "hf" or text.startswith("hf:"):
+        return text, None
+    path = Path(text)
+    if not path.exists():
+        raise DataError(text, None, None, "no such file or directory")
+    return text, file_sha256(path)
+
+
 def load_cupid(source: str | Path = "fixture") -> LoadedDataset:
     """Load and validate CUPID instances from `source` (see module docstring)."""
     text = str(source)

@@ -56,6 +56,7 @@ class Model:
         self.retry = retry or RetryPolicy(max_retries=spec.max_retries)
         self._semaphore = asyncio.Semaphore(spec.concurrency)
         self._rng = rng or random.Random()
+        self._inflight: dict[str, asyncio.Future[Completion]] = {}
 
     @property
     def label(self) -> str:
@@ -79,6 +80,29 @@ class Model:
                     cost_usd=0.0,
                     raw=hit.get("raw"),
                 )
+        # Identical calls already in flight share one request (then one cache entry).
+        pending = self._inflight.get(key)
+        if pending is not None:
+            shared = await asyncio.shield(pending)
+            self.tracker.record_cache_hit(self.label)
+            return shared.model_copy(
+                update={"cached": True, "cost_usd": 0.0, "latency_s": 0.0, "attempts": 0}
+            )
+        future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            completion = await self._call(key, messages, config)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it, nobody else must
+            raise
+        else:
+            future.set_result(completion)
+            return completion
+        finally:
+            del self._inflight[key]
+
+    async def _call(self, key: str, messages: Sequence[Message], config: GenerateConfig) -> Completion:
         self.tracker.check_budget()
         attempt = 0
         started = time.perf_counter()

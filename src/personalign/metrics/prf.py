@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from personalign.metrics.bootstrap import FloatArray, bootstrap_ci
+from personalign.metrics.bootstrap import FloatArray, resample_sums
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,8 @@ def instance_prf(c: MatchCounts) -> PRF:
     return pooled_prf([c], ci=False)
 
 
-def _pooled_columns(samples: FloatArray) -> FloatArray:
-    # samples: (resamples, instances, 4) with columns n_pred, matched_pred, n_gold, matched_gold
-    sums = samples.sum(axis=1)
+def _pooled_columns(sums: FloatArray) -> FloatArray:
+    # sums: (resamples, 4) with columns n_pred, matched_pred, n_gold, matched_gold
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(sums[:, 0] > 0, sums[:, 1] / sums[:, 0], 0.0)
         r = np.where(sums[:, 2] > 0, sums[:, 3] / sums[:, 2], 0.0)
@@ -82,13 +81,10 @@ def pooled_prf(
     cis: list[tuple[float, float] | None] = [None, None, None]
     if ci and len(counts) >= 2:
         table = np.array([[c.n_pred, c.matched_pred, c.n_gold, c.matched_gold] for c in counts], dtype=float)
+        prf = _pooled_columns(resample_sums(table, n_resamples, seed))
         for k in range(3):
-
-            def column(samples: FloatArray, k: int = k) -> FloatArray:
-                result: FloatArray = _pooled_columns(samples)[:, k]
-                return result
-
-            cis[k] = bootstrap_ci(table, column, seed=seed, n_resamples=n_resamples)
+            lo, hi = np.quantile(prf[:, k], [0.025, 0.975])
+            cis[k] = (float(lo), float(hi))
     return PRF(
         precision=precision,
         recall=recall,

@@ -17,7 +17,7 @@ from personalign.benchmarks.cupid import (
     prompt_hashes,
     summarize,
 )
-from personalign.data.cupid import LoadedDataset, load_cupid
+from personalign.data.cupid import LoadedDataset, describe_source, load_cupid
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
@@ -63,6 +63,10 @@ def _slug(text: str) -> str:
 
 
 def cupid_identity(config: CupidConfig, data: LoadedDataset, seed: int) -> dict[str, Any]:
+    return cupid_identity_from(config, data.source, data.sha256, seed)
+
+
+def cupid_identity_from(config: CupidConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
     models = {
         role: parse_model_spec(getattr(config, role)).label
         for role in ("subject", "decomposer", "matcher", "judge")
@@ -72,7 +76,7 @@ def cupid_identity(config: CupidConfig, data: LoadedDataset, seed: int) -> dict[
         "benchmark": "cupid",
         "config": cfg,
         "models": models,
-        "data": {"source": data.source, "sha256": data.sha256},
+        "data": {"source": source, "sha256": sha256},
         "seed": seed,
     }
 
@@ -196,6 +200,31 @@ async def _execute(
         await factory.aclose()
 
 
+def _finished_run(config: CupidConfig, settings: RunSettings, data: str | Path) -> RunResult | None:
+    """The stored result when this exact run already finished cleanly, else None.
+
+    Compares the identity (config, models, data hash, seed) and the selection, so nothing is
+    re-read or re-scored when there is nothing left to do.
+    """
+    source, sha = describe_source(data)
+    if sha is None:
+        return None
+    identity = cupid_identity_from(config, source, sha, settings.seed)
+    run_dir = RunDir(settings.run_dir or default_run_dir(config, identity, settings.runs_root))
+    if not run_dir.exists():
+        return None
+    manifest, summary = run_dir.read_manifest(), run_dir.read_summary()
+    selection = {"limit": settings.limit, "instance_types": list(settings.instance_types)}
+    if (
+        summary is None
+        or summary.get("status") != "complete"
+        or manifest.get("identity") != identity
+        or summary.get("selection") != selection
+    ):
+        return None
+    return RunResult(run_dir, RunOutcome("complete", 0, summary["n_instances"]), summary)
+
+
 def run_cupid(
     config: CupidConfig,
     settings: RunSettings,
@@ -204,6 +233,9 @@ def run_cupid(
     factory: ModelFactory | None = None,
 ) -> RunResult:
     """Evaluate (or resume) a CUPID run and write its summary."""
+    finished = _finished_run(config, settings, data)
+    if finished is not None:
+        return finished
     dataset = load_cupid(data)
     instances = select(dataset.instances, settings)
     if not instances:
@@ -213,7 +245,10 @@ def run_cupid(
     run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
     open_run(run_dir, manifest)
     outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
-    summary = write_summary(run_dir, config, outcome.records, outcome.status, factory, settings.seed)
+    selection = {"limit": settings.limit, "instance_types": list(settings.instance_types)}
+    summary = write_summary(
+        run_dir, config, outcome.records, outcome.status, factory, settings.seed, {"selection": selection}
+    )
     return RunResult(run_dir, outcome, summary)
 
 

@@ -82,8 +82,7 @@ class RunDir:
         line = record.model_dump_json() + "\n"
         with self.samples_path.open("a", encoding="utf-8") as handle:
             handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+            handle.flush()  # on disk for any later reader, even if this process is killed next
 
     def records(self) -> dict[str, InstanceRecord]:
         """Latest record per instance id, in first-seen order."""
