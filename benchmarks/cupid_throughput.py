@@ -83,9 +83,8 @@ def main() -> None:
         first_time = time.perf_counter() - start
         calls = first.summary["usage"]["calls"]
         bound = calls * args.latency / args.concurrency
-        print(
-            f"instances {args.instances}, latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}"
-        )
+        latency_ms = args.latency * 1000
+        print(f"instances {args.instances}, latency {latency_ms:.0f} ms, concurrency {args.concurrency}")
         print(f"first run: {calls} model calls, {first_time:.2f} s wall, lower bound {bound:.2f} s")
         print(f"ratio wall / lower bound: {first_time / bound:.2f} (target <= 1.3)")
 

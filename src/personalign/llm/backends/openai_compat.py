@@ -16,7 +16,6 @@ from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage
 from personalign.types import Message
 
-
 CONNECTIONS_PER_SHARD = 8
 
 
