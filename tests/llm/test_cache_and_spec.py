@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,19 +13,17 @@ from personalign.errors import BudgetExceeded, ConfigError, ModelCallError
 from personalign.llm import (
     CallCache,
     GenerateConfig,
-    Model,
     ModelFactory,
     PriceTable,
-    RetryPolicy,
     Usage,
     UsageTracker,
     cache_key,
     parse_model_spec,
 )
-from personalign.llm.backends import Backend
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.llm.pricing import Price
 from personalign.types import Message
+from tests.support.models import run, scripted_model
 
 T = TypeVar("T")
 
@@ -392,30 +389,6 @@ def test_no_cap_never_raises_and_unpriced_calls_are_counted() -> None:
 
 
 # --- Model over ScriptedBackend ---------------------------------------------------------------
-
-
-def scripted_model(
-    tmp_path: Path,
-    backend: ScriptedBackend,
-    *,
-    tracker: UsageTracker | None = None,
-    spec: str = "scripted/x",
-) -> tuple[ModelFactory, Model]:
-    # the factory looks injected backends up by the spec's canonical string (no options)
-    backends: dict[str, Backend] = {str(parse_model_spec(spec)): backend}
-    factory = ModelFactory(cache=CallCache(tmp_path / "c.sqlite"), tracker=tracker, backends=backends)
-    model = factory.get(spec)
-    assert model.backend is backend
-    model.retry = RetryPolicy(max_retries=model.spec.max_retries, base_delay=0.001, max_delay=0.002)
-    return factory, model
-
-
-def run(factory: ModelFactory, coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        return asyncio.run(coro)
-    finally:
-        assert factory.cache is not None
-        factory.cache.close()
 
 
 def test_factory_returns_same_model_for_same_spec(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from personalign.errors import ConfigError, ModelCallError
 from personalign.judges.cupid import CHECKLIST_SCHEMA, parse_checklist
-from personalign.llm import CallCache, GenerateConfig, ModelFactory, RetryPolicy, UsageTracker
+from personalign.llm import GenerateConfig, UsageTracker
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.llm.model import Model
 from personalign.prompts import load_template
@@ -20,6 +19,7 @@ from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 from personalign.runs.steps import REASK, StepFailed, StepRunner
 from personalign.runs.store import RunDir
 from personalign.types import Message
+from tests.support.models import run, scripted_model
 
 T = TypeVar("T")
 
@@ -127,25 +127,6 @@ class Recorder:
         return self.outputs[min(len(self.prompts), len(self.outputs)) - 1]
 
 
-def scripted(
-    tmp_path: Path, backend: ScriptedBackend, tracker: UsageTracker | None = None
-) -> tuple[ModelFactory, Model]:
-    factory = ModelFactory(
-        cache=CallCache(tmp_path / "c.sqlite"), tracker=tracker, backends={"scripted/x": backend}
-    )
-    model = factory.get("scripted/x")
-    model.retry = RetryPolicy(max_retries=model.spec.max_retries, base_delay=0.001, max_delay=0.002)
-    return factory, model
-
-
-def run(factory: ModelFactory, coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        return asyncio.run(coro)
-    finally:
-        assert factory.cache is not None
-        factory.cache.close()
-
-
 def decompose(steps: StepRunner, model: Model, reasks: int) -> Coroutine[Any, Any, list[str]]:
     return steps.call(
         "decompose",
@@ -161,7 +142,7 @@ def decompose(steps: StepRunner, model: Model, reasks: int) -> Coroutine[Any, An
 
 def test_reuses_an_ok_previous_step_without_calling(tmp_path: Path) -> None:
     backend = ScriptedBackend(Recorder(GOOD))
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
     previous = StepRecord(role="decomposer", parsed=["Earlier item?"], raw=["old"], model="scripted/x")
     steps = StepRunner({"decompose": previous})
     assert run(factory, decompose(steps, model, reasks=1)) == ["Earlier item?"]
@@ -171,7 +152,7 @@ def test_reuses_an_ok_previous_step_without_calling(tmp_path: Path) -> None:
 
 def test_failed_previous_step_is_not_reused(tmp_path: Path) -> None:
     backend = ScriptedBackend(Recorder(GOOD))
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
     previous = StepRecord(role="decomposer", status="error", error="boom", raw=["junk"])
     steps = StepRunner({"decompose": previous})
     assert run(factory, decompose(steps, model, reasks=0)) == ["Does the update lead with raw counts?"]
@@ -184,7 +165,7 @@ def test_failed_previous_step_is_not_reused(tmp_path: Path) -> None:
 
 def test_first_call_records_the_step(tmp_path: Path) -> None:
     backend = ScriptedBackend(Recorder(GOOD))
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
     steps = StepRunner()
     template = load_template("cupid/decompose")
     assert run(factory, decompose(steps, model, reasks=1)) == ["Does the update lead with raw counts?"]
@@ -202,7 +183,7 @@ def test_first_call_records_the_step(tmp_path: Path) -> None:
 def test_reask_once_after_a_parse_failure(tmp_path: Path) -> None:
     responder = Recorder("Sure! Here is the checklist: {oops", GOOD)
     backend = ScriptedBackend(responder)
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
     steps = StepRunner()
     assert run(factory, decompose(steps, model, reasks=1)) == ["Does the update lead with raw counts?"]
     record = steps.steps["decompose"]
@@ -224,7 +205,7 @@ def test_reask_once_after_a_parse_failure(tmp_path: Path) -> None:
 def test_exhausted_reasks_record_error_and_raise(tmp_path: Path) -> None:
     bad = json.dumps({"checklist": [f"Item {i}?" for i in range(6)]})
     backend = ScriptedBackend(Recorder(bad))
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
     steps = StepRunner()
     with pytest.raises(StepFailed, match="decompose") as info:
         run(factory, decompose(steps, model, reasks=1))
@@ -241,7 +222,7 @@ def test_exhausted_reasks_record_error_and_raise(tmp_path: Path) -> None:
 
 def test_no_reasks_means_one_attempt(tmp_path: Path) -> None:
     backend = ScriptedBackend(Recorder("not json at all"))
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
     steps = StepRunner()
     with pytest.raises(StepFailed):
         run(factory, decompose(steps, model, reasks=0))
@@ -252,7 +233,7 @@ def test_no_reasks_means_one_attempt(tmp_path: Path) -> None:
 
 def test_model_call_error_becomes_an_error_step(tmp_path: Path) -> None:
     backend = ScriptedBackend(Recorder(GOOD), failures=[ModelCallError("server exploded", retryable=False)])
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
     steps = StepRunner()
     with pytest.raises(StepFailed, match="server exploded"):
         run(factory, decompose(steps, model, reasks=2))
@@ -266,7 +247,7 @@ def test_model_call_error_becomes_an_error_step(tmp_path: Path) -> None:
 
 def test_budget_exceeded_becomes_an_error_step(tmp_path: Path) -> None:
     backend = ScriptedBackend(Recorder(GOOD))
-    factory, model = scripted(tmp_path, backend, tracker=UsageTracker(max_cost_usd=0.0))
+    factory, model = scripted_model(tmp_path, backend, tracker=UsageTracker(max_cost_usd=0.0))
     steps = StepRunner()
     with pytest.raises(StepFailed, match="budget"):
         run(factory, decompose(steps, model, reasks=0))
@@ -276,7 +257,7 @@ def test_budget_exceeded_becomes_an_error_step(tmp_path: Path) -> None:
 
 def test_second_runner_hits_the_cache(tmp_path: Path) -> None:
     backend = ScriptedBackend(Recorder(GOOD))
-    factory, model = scripted(tmp_path, backend)
+    factory, model = scripted_model(tmp_path, backend)
 
     async def twice() -> tuple[StepRecord, StepRecord]:
         first, second = StepRunner(), StepRunner()

@@ -188,12 +188,11 @@ async def _execute(
         factory.tracker,
         concurrency=settings.concurrency,
         on_done=(lambda _record: progress.advance()) if progress else None,
+        on_skipped=progress.advance_by if progress else None,
     )
     try:
         if progress:
             with progress:
-                for _ in range(len(instances) - len(runner.pending(instances)[0])):
-                    progress.advance()
                 return await runner.run(instances)
         return await runner.run(instances)
     finally:

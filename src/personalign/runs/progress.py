@@ -51,6 +51,10 @@ class RunProgress:
     def advance(self) -> None:
         self._progress.advance(self._task)
 
+    def advance_by(self, n: int) -> None:
+        """Count instances already finished in an earlier invocation."""
+        self._progress.advance(self._task, n)
+
     def __enter__(self) -> RunProgress:
         self._progress.start()
         return self

@@ -68,12 +68,14 @@ class Runner(Generic[InstanceT]):
         *,
         concurrency: int = 8,
         on_done: Callable[[InstanceRecord], None] | None = None,
+        on_skipped: Callable[[int], None] | None = None,
     ) -> None:
         self.evaluator = evaluator
         self.run_dir = run_dir
         self.tracker = tracker
         self.concurrency = max(1, concurrency)
         self.on_done = on_done
+        self.on_skipped = on_skipped
 
     def pending(self, instances: Sequence[InstanceT]) -> tuple[list[InstanceT], dict[str, InstanceRecord]]:
         existing = self.run_dir.records()
@@ -87,6 +89,8 @@ class Runner(Generic[InstanceT]):
 
     async def run(self, instances: Sequence[InstanceT]) -> RunOutcome:
         todo, existing = self.pending(instances)
+        if self.on_skipped:
+            self.on_skipped(len(instances) - len(todo))
         semaphore = asyncio.Semaphore(self.concurrency)
         stopped = asyncio.Event()
         evaluated = 0
