@@ -1,8 +1,14 @@
-"""Any OpenAI-compatible `/chat/completions` endpoint, over httpx."""
+"""Any OpenAI-compatible `/chat/completions` endpoint.
+
+Plain-``http://`` endpoints (local and LAN servers) are reached through the lean keep-alive
+client in `_http1` unless an HTTP proxy is configured; ``https://`` endpoints, proxies and
+injected transports go through httpx.
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import ssl
 from collections.abc import Sequence
@@ -11,7 +17,8 @@ from typing import Any
 import httpx
 
 from personalign.errors import ModelCallError
-from personalign.llm.backends._http import read_key, scrub, status_error, transport_error
+from personalign.llm.backends._http import http_status_error, read_key, scrub, transport_error
+from personalign.llm.backends._http1 import Http1Pool, TransportFailure, lean_client_applies
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage
 from personalign.types import Message
@@ -37,6 +44,11 @@ class OpenAICompatBackend:
         self.supports_json_schema = spec.schema_mode != "none"
         self._key = read_key(spec.key_env, spec.label)
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        self._clients: list[httpx.AsyncClient] = []
+        self._lean: Http1Pool | None = None
+        if transport is None and lean_client_applies(spec.base_url):
+            self._lean = Http1Pool(spec.base_url, max_connections=spec.concurrency, headers=headers)
+            return
         # httpcore scans every pooled connection on each request, so one pool of 64 connections
         # costs ~10 ms of CPU per call; shards of at most 8 connections keep that flat.
         shards = max(1, math.ceil(spec.concurrency / CONNECTIONS_PER_SHARD))
@@ -78,16 +90,39 @@ class OpenAICompatBackend:
         self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
     ) -> BackendResponse:
         label = self.spec.label
+        # Encoded once, as httpx's `json=` would (compact, UTF-8, no NaN).
+        body = json.dumps(
+            self.payload(messages, config), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        ).encode("utf-8")
+        if self._lean is not None:
+            try:
+                raw = await self._lean.post(
+                    "/chat/completions", body, content_type="application/json", timeout=timeout
+                )
+            except TransportFailure as exc:
+                raise ModelCallError(f"{label}: {exc}", retryable=True) from None
+            status, content, retry_after = raw.status, raw.body, raw.headers.get("retry-after")
+        else:
+            try:
+                response = await next(self._next).post(
+                    "/chat/completions",
+                    content=body,
+                    headers={"Content-Type": "application/json"},
+                    timeout=timeout,
+                )
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, label) from None
+            status, content = response.status_code, response.content
+            retry_after = response.headers.get("retry-after")
+        if status != 200:
+            text = content.decode("utf-8", errors="replace")
+            raise http_status_error(status, text, retry_after, label, self._key)
+        return self.parse_response(content)
+
+    def parse_response(self, content: bytes) -> BackendResponse:
+        label = self.spec.label
         try:
-            response = await next(self._next).post(
-                "/chat/completions", json=self.payload(messages, config), timeout=timeout
-            )
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, label) from None
-        if response.status_code != 200:
-            raise status_error(response, label, self._key)
-        try:
-            data = response.json()
+            data = json.loads(content)
             choice = data["choices"][0]
             message = choice["message"]
             text = message.get("content") or ""
@@ -97,7 +132,7 @@ class OpenAICompatBackend:
                 completion_tokens=int(usage.get("completion_tokens") or 0),
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            body = scrub(response.text[:200], self._key)
+            body = scrub(content[:200].decode("utf-8", errors="replace"), self._key)
             raise ModelCallError(f"{label}: malformed response body: {body!r}", retryable=True) from None
         if not isinstance(text, str):
             raise ModelCallError(f"{label}: message content is not text", retryable=True)
@@ -112,5 +147,7 @@ class OpenAICompatBackend:
         )
 
     async def aclose(self) -> None:
+        if self._lean is not None:
+            await self._lean.aclose()
         for client in self._clients:
             await client.aclose()
