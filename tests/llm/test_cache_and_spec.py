@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -502,3 +503,32 @@ def test_factory_refuses_unpriced_model_under_a_budget(tmp_path: Path, no_price_
     )
     with pytest.raises(ConfigError, match="gpt-99-ultra"):
         factory.get("openai/gpt-99-ultra")
+
+
+def _reference_key(model_label: str, messages: list[Message], config: GenerateConfig) -> str:
+    """The key as first defined: one json.dumps of the whole payload (existing caches use it)."""
+    payload = {
+        "v": 1,
+        "model": model_label,
+        "messages": [[m.role, m.content] for m in messages],
+        "config": config.cache_fields(),
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["plain", 'quote " backslash \\ slash /', "new\nline\ttab\r\x00\x1f\x7f \u2028", "é 漢字 🙂", ""],
+)
+def test_cache_key_is_byte_compatible_with_the_original_definition(content: str) -> None:
+    schema = {"type": "object", "required": ["b", "a"], "properties": {"b": {"enum": [2, 1]}, "a": {}}}
+    messages = [Message(role="system", content="Sys\n"), Message(role="user", content=content)]
+    for config in (
+        GenerateConfig(),
+        GenerateConfig(json_schema=schema, schema_name="s", stop=("\n",), seed=3),
+    ):
+        assert cache_key("openai-compat/m", messages, config) == _reference_key(
+            "openai-compat/m", messages, config
+        )
+        assert cache_key('odd "label"', messages, config) == _reference_key('odd "label"', messages, config)

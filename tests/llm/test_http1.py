@@ -220,3 +220,17 @@ def test_lean_client_only_for_plain_http_without_a_proxy(monkeypatch: pytest.Mon
     assert backend._lean is None and backend._clients  # httpx honours the proxy
     monkeypatch.setenv("NO_PROXY", "10.0.0.5")
     assert lean_client_applies("http://10.0.0.5:8000/v1")
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "json_object", "none"])
+def test_encoded_body_is_the_payload_as_compact_json(mode: str) -> None:
+    backend = OpenAICompatBackend(
+        parse_model_spec(f"openai-compat/m@http://127.0.0.1:9/v1?schema_mode={mode}")
+    )
+    messages = [Message(role="system", content='q " b \\ nl \n é 🙂'), Message(role="user", content="x")]
+    for config in (
+        GenerateConfig(),
+        GenerateConfig(json_schema={"type": "object"}, stop=("\n",), seed=1, top_p=0.5, max_tokens=9),
+    ):
+        expected = json.dumps(backend.payload(messages, config), ensure_ascii=False, separators=(",", ":"))
+        assert backend.encode_payload(messages, config) == expected.encode("utf-8")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -111,6 +111,9 @@ class CupidBenchmark:
         self.config = config
         self.models = models
         self.subject_config = GenerateConfig(temperature=0.0, max_tokens=config.subject_max_tokens)
+        # One config object per judge schema, reused by every instance (the cache key memoizes
+        # a config's canonical JSON per object).
+        self._judge_configs: dict[tuple[str, int], GenerateConfig] = {}
 
     @staticmethod
     def instance_id(instance: CupidInstance) -> str:
@@ -147,10 +150,20 @@ class CupidBenchmark:
 
     # --- tasks ------------------------------------------------------------------------------
 
-    def _judge_config(self, schema: dict[str, Any], name: str) -> GenerateConfig:
-        return GenerateConfig(
-            temperature=0.0, max_tokens=self.config.judge_max_tokens, json_schema=schema, schema_name=name
-        )
+    def _judge_config(
+        self, name: str, schema: Callable[[], dict[str, Any]], variant: int = 0
+    ) -> GenerateConfig:
+        """The judge config for schema `name` (`variant` tells apart schemas of one name)."""
+        config = self._judge_configs.get((name, variant))
+        if config is None:
+            config = GenerateConfig(
+                temperature=0.0,
+                max_tokens=self.config.judge_max_tokens,
+                json_schema=schema(),
+                schema_name=name,
+            )
+            self._judge_configs[(name, variant)] = config
+        return config
 
     async def _match(
         self, steps: StepRunner, name: str, preference: str, items: list[str] | tuple[str, ...]
@@ -164,7 +177,9 @@ class CupidBenchmark:
             template=template,
             values={"preference": preference, "checklist": format_checklist(list(items))},
             config=self._judge_config(
-                match_schema(len(items), fmt), "match_list" if fmt == "prefmatcher" else "match_results"
+                "match_list" if fmt == "prefmatcher" else "match_results",
+                lambda: match_schema(len(items), fmt),
+                variant=len(items),
             ),
             parse=lambda text: parse_match(text, len(items), fmt),
             reasks=self.config.reasks,
@@ -206,7 +221,7 @@ class CupidBenchmark:
                 model=self.models.decomposer,
                 template=load_template(TEMPLATES["decompose"]),
                 values={"preference": preference},
-                config=self._judge_config(CHECKLIST_SCHEMA, "checklist"),
+                config=self._judge_config("checklist", lambda: CHECKLIST_SCHEMA),
                 parse=parse_checklist,
                 reasks=self.config.reasks,
             )
@@ -264,7 +279,7 @@ class CupidBenchmark:
                 "request": instance.current_request,
                 "response": response,
             },
-            config=self._judge_config(GENERATION_JUDGE_SCHEMA, "generation_judgement"),
+            config=self._judge_config("generation_judgement", lambda: GENERATION_JUDGE_SCHEMA),
             parse=lambda text: asdict(parse_generation_judgement(text)),
             reasks=self.config.reasks,
         )

@@ -7,6 +7,7 @@ model moved to another port still hits its cache. Errors are never stored.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -30,14 +31,44 @@ def default_cache_path() -> Path:
     return Path(root) / "calls.sqlite"
 
 
+@functools.lru_cache(maxsize=256)
+def json_string(text: str) -> str:
+    """`text` as a JSON string literal, exactly as `json.dumps(..., ensure_ascii=False)` writes it.
+
+    Memoized: a prompt is escaped once for its cache key and reused for the request body
+    (escaping runs at ~6 ns per character, ~55 us for a 9 kB CUPID history).
+    """
+    return json.dumps(text, ensure_ascii=False)
+
+
+_CONFIG_JSON: dict[int, tuple[GenerateConfig, str]] = {}
+
+
+def config_json(config: GenerateConfig) -> str:
+    """`config.cache_fields()` as canonical JSON (sorted keys, compact), once per config object."""
+    hit = _CONFIG_JSON.get(id(config))
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    text = json.dumps(config.cache_fields(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    if len(_CONFIG_JSON) >= 256:
+        _CONFIG_JSON.clear()
+    _CONFIG_JSON[id(config)] = (config, text)  # holding `config` keeps its id from being reused
+    return text
+
+
 def cache_key(model_label: str, messages: Sequence[Message], config: GenerateConfig) -> str:
-    payload = {
-        "v": CACHE_VERSION,
-        "model": model_label,
-        "messages": [[m.role, m.content] for m in messages],
-        "config": config.cache_fields(),
-    }
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    """sha256 of the canonical JSON of {config, messages, model, v}.
+
+    The JSON is assembled from parts (keys in sorted order, compact separators) so that the
+    config's JSON and each message's escaping are computed once; the bytes are identical to
+    ``json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))``, so keys
+    are unchanged from earlier versions and existing caches stay valid.
+    """
+    rendered = ",".join(f"[{json_string(m.role)},{json_string(m.content)}]" for m in messages)
+    blob = (
+        f'{{"config":{config_json(config)},"messages":[{rendered}],'
+        f'"model":{json_string(model_label)},"v":{CACHE_VERSION}}}'
+    )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 

@@ -12,16 +12,18 @@ import json
 import math
 import ssl
 from collections.abc import Sequence
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from personalign.errors import ModelCallError
 from personalign.llm.backends._http import http_status_error, read_key, scrub, transport_error
 from personalign.llm.backends._http1 import Http1Pool, TransportFailure, lean_client_applies
+from personalign.llm.cache import json_string
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage
 from personalign.types import Message
+
+if TYPE_CHECKING:  # imported where used: ~40 ms that plain-http endpoints never need
+    import httpx
 
 CONNECTIONS_PER_SHARD = 8
 
@@ -49,6 +51,8 @@ class OpenAICompatBackend:
         if transport is None and lean_client_applies(spec.base_url):
             self._lean = Http1Pool(spec.base_url, max_connections=spec.concurrency, headers=headers)
             return
+        import httpx
+
         # httpcore scans every pooled connection on each request, so one pool of 64 connections
         # costs ~10 ms of CPU per call; shards of at most 8 connections keep that flat.
         shards = max(1, math.ceil(spec.concurrency / CONNECTIONS_PER_SHARD))
@@ -86,14 +90,26 @@ class OpenAICompatBackend:
             body["response_format"] = fmt
         return body
 
+    def encode_payload(self, messages: Sequence[Message], config: GenerateConfig) -> bytes:
+        """`payload()` as compact UTF-8 JSON (as httpx's `json=` writes it), key order kept.
+
+        The messages are spliced in from `json_string`, which the cache key has usually just
+        computed for the same texts, so a long prompt is escaped once per call, not twice.
+        """
+        rest = self.payload([], config)
+        del rest["model"], rest["messages"]
+        rendered = ",".join(
+            f'{{"role":{json_string(m.role)},"content":{json_string(m.content)}}}' for m in messages
+        )
+        tail = json.dumps(rest, ensure_ascii=False, separators=(",", ":"), allow_nan=False)[1:]
+        head = f'{{"model":{json_string(self.spec.model)},"messages":[{rendered}]'
+        return (head + ("," + tail if tail != "}" else "}")).encode("utf-8")
+
     async def generate(
         self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
     ) -> BackendResponse:
         label = self.spec.label
-        # Encoded once, as httpx's `json=` would (compact, UTF-8, no NaN).
-        body = json.dumps(
-            self.payload(messages, config), ensure_ascii=False, separators=(",", ":"), allow_nan=False
-        ).encode("utf-8")
+        body = self.encode_payload(messages, config)
         if self._lean is not None:
             try:
                 raw = await self._lean.post(
@@ -103,6 +119,8 @@ class OpenAICompatBackend:
                 raise ModelCallError(f"{label}: {exc}", retryable=True) from None
             status, content, retry_after = raw.status, raw.body, raw.headers.get("retry-after")
         else:
+            import httpx
+
             try:
                 response = await next(self._next).post(
                     "/chat/completions",
