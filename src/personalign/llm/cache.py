@@ -7,6 +7,8 @@ model moved to another port still hits its cache. Errors are never stored.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import hashlib
 import json
@@ -14,6 +16,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,7 @@ def default_cache_path() -> Path:
     return Path(root) / "calls.sqlite"
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=1024)  # >= the prompts of all instances in flight
 def json_string(text: str) -> str:
     """`text` as a JSON string literal, exactly as `json.dumps(..., ensure_ascii=False)` writes it.
 
@@ -73,13 +76,29 @@ def cache_key(model_label: str, messages: Sequence[Message], config: GenerateCon
 
 
 class CallCache:
-    """A thread-safe key/value store of successful completions."""
+    """A thread-safe key/value store of successful completions.
 
-    def __init__(self, path: str | Path) -> None:
+    Writes are grouped: a `put` commits at once when the last commit is older than
+    `commit_interval` seconds, else a timer commits everything written meanwhile in one
+    transaction at most `commit_interval` later. So at low call rates every entry is durable
+    as soon as it is written, and at hundreds of calls per second the event loop does not pay
+    for one commit (and the periodic WAL checkpoint's fsync) per call. This connection sees
+    its own writes at once; other processes see them once committed (at most
+    `commit_interval` later). `flush()` and `close()` commit immediately, and every cache still
+    open is flushed when the interpreter exits (also after an unhandled exception); only a
+    process killed outright (SIGKILL, power loss) can lose the last `commit_interval` of
+    answers, which a resumed run simply asks again.
+    """
+
+    def __init__(self, path: str | Path, *, commit_interval: float = 0.05) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.commit_interval = commit_interval
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        self._dirty = False
+        self._last_commit = 0.0
+        self._timer: threading.Timer | None = None
         with self._lock:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -88,6 +107,7 @@ class CallCache:
                 " payload TEXT NOT NULL, created REAL NOT NULL)"
             )
             self._conn.commit()
+        _OPEN_CACHES.add(self)
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -101,12 +121,52 @@ class CallCache:
                 "INSERT OR REPLACE INTO calls (key, model, payload, created) VALUES (?, ?, ?, ?)",
                 (key, model, blob, time.time()),
             )
+            self._dirty = True
+            since = time.monotonic() - self._last_commit
+            if since >= self.commit_interval:
+                self._commit_locked()
+            elif self._timer is None:
+                self._timer = threading.Timer(self.commit_interval - since, self._timed_commit)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _commit_locked(self) -> None:
+        if self._dirty:
             self._conn.commit()
+            self._dirty = False
+        self._last_commit = time.monotonic()
+
+    def _timed_commit(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._dirty:
+                self._commit_locked()
+
+    def flush(self) -> None:
+        """Commit every entry written so far (visible to other connections from now on)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._dirty:
+                self._commit_locked()
 
     def __len__(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
     def close(self) -> None:
+        self.flush()
         with self._lock:
             self._conn.close()
+        _OPEN_CACHES.discard(self)
+
+
+_OPEN_CACHES: weakref.WeakSet[CallCache] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_caches() -> None:
+    for cache in list(_OPEN_CACHES):
+        with contextlib.suppress(sqlite3.Error):  # a connection already broken at exit
+            cache.flush()
