@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,6 +99,9 @@ class Http1Pool:
         )
         async with self._slots:
             try:
+                if sys.version_info >= (3, 11):  # no extra task per request, unlike wait_for
+                    async with asyncio.timeout(timeout):
+                        return await self._exchange(head + body)
                 return await asyncio.wait_for(self._exchange(head + body), timeout)
             except asyncio.TimeoutError:
                 raise TransportFailure("ReadTimeout", f"no response within {timeout:g}s") from None
