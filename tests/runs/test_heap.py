@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 import weakref
 
-from personalign.runs.heap import YOUNG_THRESHOLD, collector_paused, long_lived_frozen
+import pytest
+
+from personalign.runs.heap import YOUNG_THRESHOLD, building_long_lived, long_lived_frozen
 
 
 class Node:
@@ -13,16 +15,29 @@ class Node:
         self.me = self  # a reference cycle: only the cyclic collector can free it
 
 
-def test_collector_paused_disables_then_restores_the_previous_state() -> None:
+def test_building_pauses_the_collector_then_freezes_what_was_built() -> None:
     assert gc.isenabled()
-    with collector_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
+    with long_lived_frozen():
+        frozen_before = gc.get_freeze_count()
+        with building_long_lived():
+            assert not gc.isenabled()
+            built = [Node() for _ in range(1000)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen_before + 1000  # the new objects were frozen too
+        ref = weakref.ref(built[0])
+        del built
+        gc.collect()
+        assert ref() is not None  # frozen: not collected during the run
+    gc.collect()
+    assert ref() is None and gc.get_freeze_count() == 0
+
+
+def test_building_freezes_nothing_on_an_exception_and_restores_a_disabled_collector() -> None:
     gc.disable()
     try:
-        with collector_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()  # it was off before, so it stays off
+        with pytest.raises(ValueError), building_long_lived():
+            raise ValueError("broken data")
+        assert gc.get_freeze_count() == 0 and not gc.isenabled()
     finally:
         gc.enable()
 

@@ -15,12 +15,19 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic collection while building long-lived data (e.g. loading a dataset)."""
+def building_long_lived() -> Iterator[None]:
+    """Build long-lived data (e.g. load a dataset) with the cyclic collector paused.
+
+    On success everything alive is frozen (`gc.freeze`): otherwise the first collection after
+    re-enabling would traverse every object just built (~0.1 s for 756 CUPID instances). Use it
+    inside `long_lived_frozen()`, whose exit hands the frozen objects back to the collector. On
+    an exception nothing is frozen.
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
+        gc.freeze()
     finally:
         if was_enabled:
             gc.enable()
