@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -613,3 +615,19 @@ def test_call_cache_pending_writes_survive_a_crash_but_not_sigkill(tmp_path: Pat
     with sqlite3.connect(killed) as other:
         assert other.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert other.execute("SELECT payload FROM calls WHERE key = 'first'").fetchone()[0] == '{"text": "0"}'
+
+
+def test_an_unclosed_cache_still_commits_its_burst_and_its_thread_ends(tmp_path: Path) -> None:
+    path = tmp_path / "calls.sqlite"
+    cache = CallCache(path, commit_interval=0.2)
+    cache.put("a", "m/x", {"text": "a"})
+    cache.put("b", "m/x", {"text": "b"})  # pending: the committer thread holds the cache until due
+    committer = next(t for t in threading.enumerate() if t.name == "personalign-cache-commit")
+    del cache
+    deadline = time.monotonic() + 5
+    while _count_from_another_connection(path) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _count_from_another_connection(path) == 2
+    gc.collect()
+    committer.join(timeout=5)
+    assert not committer.is_alive()  # the collected cache released its thread

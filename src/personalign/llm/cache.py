@@ -79,8 +79,8 @@ class CallCache:
     """A thread-safe key/value store of successful completions.
 
     Writes are grouped: a `put` commits at once when the last commit is older than
-    `commit_interval` seconds, else a timer commits everything written meanwhile in one
-    transaction at most `commit_interval` later. So at low call rates every entry is durable
+    `commit_interval` seconds, else the cache's committer thread commits everything written
+    meanwhile in one transaction at most `commit_interval` later. So at low call rates every entry is durable
     as soon as it is written, and at hundreds of calls per second the event loop does not pay
     for one commit (and the periodic WAL checkpoint's fsync) per call. This connection sees
     its own writes at once; other processes see them once committed (at most
@@ -98,7 +98,9 @@ class CallCache:
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
         self._dirty = False
         self._last_commit = 0.0
-        self._timer: threading.Timer | None = None
+        self._due: float | None = None  # when the pending writes must be committed
+        self._committer: _Committer | None = None
+        self._closing = threading.Event()
         with self._lock:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -122,33 +124,40 @@ class CallCache:
                 (key, model, blob, time.time()),
             )
             self._dirty = True
-            since = time.monotonic() - self._last_commit
-            if since >= self.commit_interval:
+            now = time.monotonic()
+            if now - self._last_commit >= self.commit_interval:
                 self._commit_locked()
-            elif self._timer is None:
-                self._timer = threading.Timer(self.commit_interval - since, self._timed_commit)
-                self._timer.daemon = True
-                self._timer.start()
+            elif self._due is None:
+                self._due = self._last_commit + self.commit_interval
+                if self._committer is None:  # one thread per cache, started on the first burst
+                    self._committer = _Committer(self)
+                    self._committer.start()
+                self._committer.pending = self  # kept alive until the commit, even if dropped
+                self._committer.wake.set()
 
     def _commit_locked(self) -> None:
         if self._dirty:
             self._conn.commit()
             self._dirty = False
         self._last_commit = time.monotonic()
+        self._due = None
 
-    def _timed_commit(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._dirty:
-                self._commit_locked()
+    def _commit_when_due(self) -> None:
+        """Run by the committer thread: wait until the pending writes are due, then commit."""
+        while True:
+            with self._lock:
+                if self._due is None or self._closing.is_set():
+                    return
+                delay = self._due - time.monotonic()
+                if delay <= 0:
+                    self._commit_locked()
+                    return
+            self._closing.wait(delay)
 
     def flush(self) -> None:
         """Commit every entry written so far (visible to other connections from now on)."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if self._dirty:
+            if self._dirty or self._due is not None:
                 self._commit_locked()
 
     def __len__(self) -> int:
@@ -157,9 +166,36 @@ class CallCache:
 
     def close(self) -> None:
         self.flush()
+        self._closing.set()
+        if self._committer is not None:
+            self._committer.wake.set()  # lets the thread see the closed cache and end
         with self._lock:
             self._conn.close()
         _OPEN_CACHES.discard(self)
+
+
+class _Committer(threading.Thread):
+    """Commits a cache's grouped writes when they fall due. It holds the cache strongly only
+    while a commit is pending (`pending`), so an unclosed cache dropped by its owner still
+    commits its last burst and is then collected, which ends the thread."""
+
+    def __init__(self, cache: CallCache) -> None:
+        super().__init__(name="personalign-cache-commit", daemon=True)
+        self.wake = threading.Event()
+        self.pending: CallCache | None = None
+        self._cache = weakref.ref(cache)
+        weakref.finalize(cache, self.wake.set)
+
+    def run(self) -> None:
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            cache = self.pending if self.pending is not None else self._cache()
+            self.pending = None
+            if cache is None or cache._closing.is_set():
+                return
+            cache._commit_when_due()
+            del cache
 
 
 _OPEN_CACHES: weakref.WeakSet[CallCache] = weakref.WeakSet()
