@@ -60,7 +60,10 @@ def run_cupid_cmd(
     run_dir: Annotated[
         Path | None, typer.Option(help="Run directory (default: runs/cupid/<derived name>).")
     ] = None,
-    max_tokens: Annotated[int, typer.Option(help="Max tokens for the subject's answers.")] = 1024,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="Max tokens of the subject's answers (default: 256 for local/smollm2, else 1024)."),
+    ] = None,
     max_cost: Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")] = None,
     prices: Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")] = None,
     cache: Annotated[
@@ -72,7 +75,7 @@ def run_cupid_cmd(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Run CUPID (inference and/or generation) and write a run directory."""
-    from personalign.benchmarks.cupid import CupidConfig
+    from personalign.benchmarks.cupid import CupidConfig, default_subject_max_tokens
     from personalign.report.cupid import print_run_summary
     from personalign.runs.cupid_run import SMALL_MODEL_NOTICE, RunSettings, run_cupid
 
@@ -91,7 +94,7 @@ def run_cupid_cmd(
             task=task,  # type: ignore[arg-type]
             context=context,
             matcher_format=matcher_format,  # type: ignore[arg-type]
-            subject_max_tokens=max_tokens,
+            subject_max_tokens=max_tokens if max_tokens is not None else default_subject_max_tokens(subject),
         )
         settings = RunSettings(
             run_dir=run_dir,

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import hashlib
 import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -502,3 +510,124 @@ def test_factory_refuses_unpriced_model_under_a_budget(tmp_path: Path, no_price_
     )
     with pytest.raises(ConfigError, match="gpt-99-ultra"):
         factory.get("openai/gpt-99-ultra")
+
+
+def _reference_key(model_label: str, messages: list[Message], config: GenerateConfig) -> str:
+    """The key as first defined: one json.dumps of the whole payload (existing caches use it)."""
+    payload = {
+        "v": 1,
+        "model": model_label,
+        "messages": [[m.role, m.content] for m in messages],
+        "config": config.cache_fields(),
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["plain", 'quote " backslash \\ slash /', "new\nline\ttab\r\x00\x1f\x7f \u2028", "é 漢字 🙂", ""],
+)
+def test_cache_key_is_byte_compatible_with_the_original_definition(content: str) -> None:
+    schema = {"type": "object", "required": ["b", "a"], "properties": {"b": {"enum": [2, 1]}, "a": {}}}
+    messages = [Message(role="system", content="Sys\n"), Message(role="user", content=content)]
+    for config in (
+        GenerateConfig(),
+        GenerateConfig(json_schema=schema, schema_name="s", stop=("\n",), seed=3),
+    ):
+        assert cache_key("openai-compat/m", messages, config) == _reference_key(
+            "openai-compat/m", messages, config
+        )
+        assert cache_key('odd "label"', messages, config) == _reference_key('odd "label"', messages, config)
+
+
+def _count_from_another_connection(path: Path) -> int:
+    with sqlite3.connect(path) as other:
+        return int(other.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+
+def test_call_cache_groups_a_burst_of_writes_into_one_timed_commit(tmp_path: Path) -> None:
+    path = tmp_path / "calls.sqlite"
+    cache = CallCache(path, commit_interval=0.3)
+    try:
+        cache.put("k0", "m/x", {"text": "first"})  # no commit for a while: committed at once
+        assert _count_from_another_connection(path) == 1
+        for i in range(1, 20):
+            cache.put(f"k{i}", "m/x", {"text": str(i)})
+        assert cache.get("k19") == {"text": "19"}  # this connection sees its writes at once
+        assert _count_from_another_connection(path) == 1  # the burst waits for the timer...
+        deadline = time.monotonic() + 5
+        while _count_from_another_connection(path) < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _count_from_another_connection(path) == 20  # ...which commits it within the interval
+    finally:
+        cache.close()
+
+
+def test_call_cache_flush_and_close_commit_pending_writes(tmp_path: Path) -> None:
+    path = tmp_path / "calls.sqlite"
+    cache = CallCache(path, commit_interval=60)
+    cache.put("a", "m/x", {"text": "a"})
+    cache.put("b", "m/x", {"text": "b"})
+    assert _count_from_another_connection(path) == 1
+    cache.flush()
+    assert _count_from_another_connection(path) == 2
+    cache.put("c", "m/x", {"text": "c"})
+    cache.close()
+    assert _count_from_another_connection(path) == 3
+
+
+_WRITER = """
+import sys, time
+from personalign.llm.cache import CallCache
+cache = CallCache(sys.argv[1], commit_interval=60)
+cache.put("first", "m/x", {"text": "0"})
+for i in range(50):
+    cache.put(f"k{i}", "m/x", {"text": str(i)})
+if sys.argv[2] == "raise":
+    raise RuntimeError("crash after writing")
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+def test_call_cache_pending_writes_survive_a_crash_but_not_sigkill(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    crashed = tmp_path / "crashed.sqlite"
+    result = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(crashed), "raise"], env=env, capture_output=True, timeout=60
+    )
+    assert result.returncode == 1 and b"crash after writing" in result.stderr
+    assert _count_from_another_connection(crashed) == 51  # flushed at exit despite the exception
+
+    killed = tmp_path / "killed.sqlite"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(killed), "sleep"], env=env, stdout=subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"written\n"
+    finally:
+        process.kill()
+        process.wait()
+    # What was committed before the kill is there and the file is intact; the pending burst
+    # (under a minute old here) may be lost, and a resumed run would ask for it again.
+    assert 1 <= _count_from_another_connection(killed) <= 51
+    with sqlite3.connect(killed) as other:
+        assert other.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert other.execute("SELECT payload FROM calls WHERE key = 'first'").fetchone()[0] == '{"text": "0"}'
+
+
+def test_an_unclosed_cache_still_commits_its_burst_and_its_thread_ends(tmp_path: Path) -> None:
+    path = tmp_path / "calls.sqlite"
+    cache = CallCache(path, commit_interval=0.2)
+    cache.put("a", "m/x", {"text": "a"})
+    cache.put("b", "m/x", {"text": "b"})  # pending: the committer thread holds the cache until due
+    committer = next(t for t in threading.enumerate() if t.name == "personalign-cache-commit")
+    del cache
+    deadline = time.monotonic() + 5
+    while _count_from_another_connection(path) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _count_from_another_connection(path) == 2
+    gc.collect()
+    committer.join(timeout=5)
+    assert not committer.is_alive()  # the collected cache released its thread

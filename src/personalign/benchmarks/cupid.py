@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from personalign.judges.cupid import (
     parse_match,
 )
 from personalign.llm.model import Model
+from personalign.llm.spec import EMBEDDED_DEFAULT
 from personalign.llm.types import GenerateConfig
 from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
 from personalign.metrics.prf import MatchCounts, instance_prf, pooled_prf
@@ -57,6 +58,17 @@ TEMPLATES = {
 }
 
 
+SUBJECT_MAX_TOKENS = 1024
+# The bundled 135M model answers the inference format in 15-70 tokens, but now and then runs on
+# to the cap (a 1024-token ramble costs ~45 s on 2 cores); 256 leaves ample room for its answers.
+EMBEDDED_SUBJECT_MAX_TOKENS = 256
+
+
+def default_subject_max_tokens(subject: str) -> int:
+    """The subject's max_tokens when the user sets none: lower for the bundled local model."""
+    return EMBEDDED_SUBJECT_MAX_TOKENS if subject == EMBEDDED_DEFAULT else SUBJECT_MAX_TOKENS
+
+
 @dataclass(frozen=True)
 class CupidConfig:
     """Everything that defines a CUPID run's results (recorded in the manifest)."""
@@ -68,7 +80,7 @@ class CupidConfig:
     task: Task = "inference"
     context: str = "full"
     matcher_format: MatcherFormat = "default"
-    subject_max_tokens: int = 1024
+    subject_max_tokens: int = SUBJECT_MAX_TOKENS
     judge_max_tokens: int = 1024
     reasks: int = 1
 
@@ -111,6 +123,9 @@ class CupidBenchmark:
         self.config = config
         self.models = models
         self.subject_config = GenerateConfig(temperature=0.0, max_tokens=config.subject_max_tokens)
+        # One config object per judge schema, reused by every instance (the cache key memoizes
+        # a config's canonical JSON per object).
+        self._judge_configs: dict[tuple[str, int], GenerateConfig] = {}
 
     @staticmethod
     def instance_id(instance: CupidInstance) -> str:
@@ -147,10 +162,20 @@ class CupidBenchmark:
 
     # --- tasks ------------------------------------------------------------------------------
 
-    def _judge_config(self, schema: dict[str, Any], name: str) -> GenerateConfig:
-        return GenerateConfig(
-            temperature=0.0, max_tokens=self.config.judge_max_tokens, json_schema=schema, schema_name=name
-        )
+    def _judge_config(
+        self, name: str, schema: Callable[[], dict[str, Any]], variant: int = 0
+    ) -> GenerateConfig:
+        """The judge config for schema `name` (`variant` tells apart schemas of one name)."""
+        config = self._judge_configs.get((name, variant))
+        if config is None:
+            config = GenerateConfig(
+                temperature=0.0,
+                max_tokens=self.config.judge_max_tokens,
+                json_schema=schema(),
+                schema_name=name,
+            )
+            self._judge_configs[(name, variant)] = config
+        return config
 
     async def _match(
         self, steps: StepRunner, name: str, preference: str, items: list[str] | tuple[str, ...]
@@ -164,7 +189,9 @@ class CupidBenchmark:
             template=template,
             values={"preference": preference, "checklist": format_checklist(list(items))},
             config=self._judge_config(
-                match_schema(len(items), fmt), "match_list" if fmt == "prefmatcher" else "match_results"
+                "match_list" if fmt == "prefmatcher" else "match_results",
+                lambda: match_schema(len(items), fmt),
+                variant=len(items),
             ),
             parse=lambda text: parse_match(text, len(items), fmt),
             reasks=self.config.reasks,
@@ -206,7 +233,7 @@ class CupidBenchmark:
                 model=self.models.decomposer,
                 template=load_template(TEMPLATES["decompose"]),
                 values={"preference": preference},
-                config=self._judge_config(CHECKLIST_SCHEMA, "checklist"),
+                config=self._judge_config("checklist", lambda: CHECKLIST_SCHEMA),
                 parse=parse_checklist,
                 reasks=self.config.reasks,
             )
@@ -264,7 +291,7 @@ class CupidBenchmark:
                 "request": instance.current_request,
                 "response": response,
             },
-            config=self._judge_config(GENERATION_JUDGE_SCHEMA, "generation_judgement"),
+            config=self._judge_config("generation_judgement", lambda: GENERATION_JUDGE_SCHEMA),
             parse=lambda text: asdict(parse_generation_judgement(text)),
             reasks=self.config.reasks,
         )

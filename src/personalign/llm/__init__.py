@@ -79,8 +79,11 @@ class ModelFactory:
         return self._models[key]
 
     async def aclose(self) -> None:
+        """Close every backend and commit the cache's pending writes (the cache stays open)."""
         for model in self._models.values():
             await model.aclose()
+        if self.cache is not None:
+            self.cache.flush()
 
 
 __all__ = [

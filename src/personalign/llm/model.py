@@ -72,12 +72,15 @@ class Model:
             hit = self.cache.get(key)
             if hit is not None:
                 self.tracker.record_cache_hit(self.label)
-                return Completion(
+                # Built without re-validation: the entry was validated when it was stored.
+                return Completion.model_construct(
                     text=hit["text"],
-                    usage=Usage(**hit["usage"]),
+                    usage=Usage.model_construct(**hit["usage"]),
                     model=self.label,
                     cached=True,
+                    latency_s=0.0,
                     cost_usd=0.0,
+                    attempts=0,
                     raw=hit.get("raw"),
                 )
         # Identical calls already in flight share one request (then one cache entry).

@@ -8,6 +8,7 @@ drift apart silently. Each template's sha256 goes into the run manifest.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -27,9 +28,9 @@ class PromptTemplate:
     user: str
     sha256: str
 
-    @property
-    def placeholders(self) -> set[str]:
-        return set(_PLACEHOLDER.findall(self.system)) | set(_PLACEHOLDER.findall(self.user))
+    @functools.cached_property
+    def placeholders(self) -> frozenset[str]:
+        return frozenset(_PLACEHOLDER.findall(self.system)) | frozenset(_PLACEHOLDER.findall(self.user))
 
     def render(self, **values: str) -> list[Message]:
         """Fill the placeholders and return the chat messages (system first, if any)."""

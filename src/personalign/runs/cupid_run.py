@@ -21,6 +21,7 @@ from personalign.data.cupid import LoadedDataset, describe_source, load_cupid
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
@@ -235,15 +236,19 @@ def run_cupid(
     finished = _finished_run(config, settings, data)
     if finished is not None:
         return finished
-    dataset = load_cupid(data)
-    instances = select(dataset.instances, settings)
-    if not instances:
-        raise ConfigError("no instances selected (check --instance-type and --limit)")
-    factory = factory or make_factory(settings)
-    manifest = build_manifest(config, dataset, settings, factory)
-    run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
-    open_run(run_dir, manifest)
-    outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
+    with long_lived_frozen():  # the dataset is never garbage during the run: keep the GC off it
+        with building_long_lived():
+            dataset = load_cupid(data)
+        instances = select(dataset.instances, settings)
+        if not instances:
+            raise ConfigError("no instances selected (check --instance-type and --limit)")
+        factory = factory or make_factory(settings)
+        manifest = build_manifest(config, dataset, settings, factory)
+        run_dir = RunDir(
+            settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root)
+        )
+        open_run(run_dir, manifest)
+        outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
     selection = {"limit": settings.limit, "instance_types": list(settings.instance_types)}
     summary = write_summary(
         run_dir, config, outcome.records, outcome.status, factory, settings.seed, {"selection": selection}

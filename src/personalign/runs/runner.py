@@ -32,7 +32,9 @@ class RunOutcome:
     status: str  # complete | complete_with_errors | stopped_budget | interrupted
     evaluated: int
     skipped: int
-    records: dict[str, InstanceRecord] = field(default_factory=dict)
+    # Not in the repr: asyncio.run formats its finished main task (whose result this is) when it
+    # restores the SIGINT handler, and a repr of every record costs ~0.1 s per 1,000 instances.
+    records: dict[str, InstanceRecord] = field(default_factory=dict, repr=False)
 
 
 def open_run(run_dir: RunDir, manifest: dict[str, Any], *, resume: bool = True) -> bool:

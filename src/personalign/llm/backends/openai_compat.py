@@ -1,20 +1,29 @@
-"""Any OpenAI-compatible `/chat/completions` endpoint, over httpx."""
+"""Any OpenAI-compatible `/chat/completions` endpoint.
+
+Plain-``http://`` endpoints (local and LAN servers) are reached through the lean keep-alive
+client in `_http1` unless an HTTP proxy is configured; ``https://`` endpoints, proxies and
+injected transports go through httpx.
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import ssl
 from collections.abc import Sequence
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from personalign.errors import ModelCallError
-from personalign.llm.backends._http import read_key, scrub, status_error, transport_error
+from personalign.llm.backends._http import http_status_error, read_key, scrub, transport_error
+from personalign.llm.backends._http1 import Http1Pool, TransportFailure, lean_client_applies
+from personalign.llm.cache import json_string
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage
 from personalign.types import Message
+
+if TYPE_CHECKING:  # imported where used: ~40 ms that plain-http endpoints never need
+    import httpx
 
 CONNECTIONS_PER_SHARD = 8
 
@@ -37,6 +46,13 @@ class OpenAICompatBackend:
         self.supports_json_schema = spec.schema_mode != "none"
         self._key = read_key(spec.key_env, spec.label)
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        self._clients: list[httpx.AsyncClient] = []
+        self._lean: Http1Pool | None = None
+        if transport is None and lean_client_applies(spec.base_url):
+            self._lean = Http1Pool(spec.base_url, max_connections=spec.concurrency, headers=headers)
+            return
+        import httpx
+
         # httpcore scans every pooled connection on each request, so one pool of 64 connections
         # costs ~10 ms of CPU per call; shards of at most 8 connections keep that flat.
         shards = max(1, math.ceil(spec.concurrency / CONNECTIONS_PER_SHARD))
@@ -74,20 +90,57 @@ class OpenAICompatBackend:
             body["response_format"] = fmt
         return body
 
+    def encode_payload(self, messages: Sequence[Message], config: GenerateConfig) -> bytes:
+        """`payload()` as compact UTF-8 JSON (as httpx's `json=` writes it), key order kept.
+
+        The messages are spliced in from `json_string`, which the cache key has usually just
+        computed for the same texts, so a long prompt is escaped once per call, not twice.
+        """
+        rest = self.payload([], config)
+        del rest["model"], rest["messages"]
+        rendered = ",".join(
+            f'{{"role":{json_string(m.role)},"content":{json_string(m.content)}}}' for m in messages
+        )
+        tail = json.dumps(rest, ensure_ascii=False, separators=(",", ":"), allow_nan=False)[1:]
+        head = f'{{"model":{json_string(self.spec.model)},"messages":[{rendered}]'
+        return (head + ("," + tail if tail != "}" else "}")).encode("utf-8")
+
     async def generate(
         self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
     ) -> BackendResponse:
         label = self.spec.label
+        body = self.encode_payload(messages, config)
+        if self._lean is not None:
+            try:
+                raw = await self._lean.post(
+                    "/chat/completions", body, content_type="application/json", timeout=timeout
+                )
+            except TransportFailure as exc:
+                raise ModelCallError(f"{label}: {exc}", retryable=True) from None
+            status, content, retry_after = raw.status, raw.body, raw.headers.get("retry-after")
+        else:
+            import httpx
+
+            try:
+                response = await next(self._next).post(
+                    "/chat/completions",
+                    content=body,
+                    headers={"Content-Type": "application/json"},
+                    timeout=timeout,
+                )
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, label) from None
+            status, content = response.status_code, response.content
+            retry_after = response.headers.get("retry-after")
+        if status != 200:
+            text = content.decode("utf-8", errors="replace")
+            raise http_status_error(status, text, retry_after, label, self._key)
+        return self.parse_response(content)
+
+    def parse_response(self, content: bytes) -> BackendResponse:
+        label = self.spec.label
         try:
-            response = await next(self._next).post(
-                "/chat/completions", json=self.payload(messages, config), timeout=timeout
-            )
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, label) from None
-        if response.status_code != 200:
-            raise status_error(response, label, self._key)
-        try:
-            data = response.json()
+            data = json.loads(content)
             choice = data["choices"][0]
             message = choice["message"]
             text = message.get("content") or ""
@@ -97,7 +150,7 @@ class OpenAICompatBackend:
                 completion_tokens=int(usage.get("completion_tokens") or 0),
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            body = scrub(response.text[:200], self._key)
+            body = scrub(content[:200].decode("utf-8", errors="replace"), self._key)
             raise ModelCallError(f"{label}: malformed response body: {body!r}", retryable=True) from None
         if not isinstance(text, str):
             raise ModelCallError(f"{label}: message content is not text", retryable=True)
@@ -112,5 +165,7 @@ class OpenAICompatBackend:
         )
 
     async def aclose(self) -> None:
+        if self._lean is not None:
+            await self._lean.aclose()
         for client in self._clients:
             await client.aclose()

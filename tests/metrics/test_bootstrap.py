@@ -1,0 +1,42 @@
+"""The bootstrap resampler: every resample is n rows drawn uniformly with replacement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from personalign.metrics.bootstrap import RESAMPLE_BLOCK, bootstrap_ci, mean_statistic, resample_sums
+
+
+@pytest.mark.parametrize("n_resamples", [1, RESAMPLE_BLOCK, 3 * RESAMPLE_BLOCK + 5])
+def test_resamples_are_row_counts_summing_to_n(n_resamples: int) -> None:
+    n = 7
+    counts = resample_sums(np.eye(n), n_resamples, seed=3)  # identity rows: sums are the row counts
+    assert counts.shape == (n_resamples, n)
+    assert np.array_equal(counts, np.round(counts)) and counts.min() >= 0
+    assert np.all(counts.sum(axis=1) == n)
+
+
+def test_rows_are_drawn_uniformly_and_resamples_differ() -> None:
+    n, n_resamples = 50, 4000
+    counts = resample_sums(np.eye(n), n_resamples, seed=0)
+    # Each row's count is Binomial(n, 1/n): mean 1, variance 1 - 1/n.
+    assert counts.mean(axis=0) == pytest.approx(np.ones(n), abs=0.1)
+    assert counts.var() == pytest.approx(1 - 1 / n, abs=0.05)
+    assert len({row.tobytes() for row in counts}) == n_resamples
+
+
+def test_seed_reproduces_and_changes_the_draws() -> None:
+    data = np.arange(20, dtype=float)[:, None]
+    same = resample_sums(data, 300, seed=5), resample_sums(data, 300, seed=5)
+    assert np.array_equal(*same)
+    assert not np.array_equal(same[0], resample_sums(data, 300, seed=6))
+
+
+def test_mean_ci_brackets_the_mean_of_a_known_sample() -> None:
+    values = np.array([0.0, 1.0] * 200)
+    ci = bootstrap_ci(values, lambda sums: mean_statistic(sums, len(values)), seed=1)
+    assert ci is not None
+    lo, hi = ci
+    # Standard error of the mean is 0.5 / sqrt(400) = 0.025; the 95% CI is about +-0.049.
+    assert 0.44 < lo < 0.47 and 0.53 < hi < 0.56
