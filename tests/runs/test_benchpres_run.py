@@ -199,6 +199,21 @@ def test_context_strategy_is_replaceable(tmp_path: Path) -> None:
         BenchPresConfig(subject="s/x", judge="s/y", completeness_judge="s/y", context="nope")
 
 
+def test_a_failing_context_strategy_is_an_error_of_that_response(tmp_path: Path) -> None:
+    async def broken(row: BenchPresRow) -> str:
+        if row.name == "Maya Chen":
+            raise RuntimeError("memory store offline")
+        return row.prompt
+
+    register_context_strategy("test-broken", broken)
+    config = replace(CONFIG, context="test-broken", samples=1)
+    result = run_benchpres(config, settings(tmp_path))
+    assert result.outcome.status == "complete_with_errors"
+    errors = result.summary["errors"]["generation"]
+    assert len(errors) == 8 and all("memory store offline" in e for e in errors.values())
+    assert result.summary["n_responses"] == 16 and result.summary["n_judgements"] == 80
+
+
 def test_embedded_defaults_are_small_and_real_models_get_three_samples() -> None:
     assert defaults_for("local/smollm2").samples == 1
     assert defaults_for("openai/gpt-4o").samples == 3

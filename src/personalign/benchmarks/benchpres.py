@@ -170,7 +170,12 @@ class BenchPresBenchmark:
         )
 
     async def generate(self, item: BenchPresItem, steps: StepRunner) -> str:
-        prompt = await self.strategy(item.row)
+        try:
+            prompt = await self.strategy(item.row)
+        except Exception as exc:  # a strategy's failure is this response's error, not the run's
+            message = f"context strategy {self.config.context!r} failed: {type(exc).__name__}: {exc}"
+            steps.steps["context"] = StepRecord(role="context", status="error", error=message)
+            raise StepFailed("context", message) from exc
         template = TEMPLATES["subject_mitigation" if self.config.mitigation else "subject"]
         parsed = await steps.call(
             "generate",
@@ -314,10 +319,12 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
     """MR / AAR / selectivity overall, by domain and by category; completeness; error counts."""
     records = list(records)
     judgements = judgements_of(records)
-    generation_errors = {
-        r.instance_id: r.steps["generate"].error
+    generation_errors = {  # no message to judge: the context strategy or the subject call failed
+        r.instance_id: r.results["preferences"].error
         for r in records
-        if "generate" in r.steps and r.steps["generate"].status == "error"
+        if "preferences" in r.results
+        and r.results["preferences"].status == "error"
+        and "judgements" not in r.results["preferences"].scores
     }
     judge_errors = {
         r.instance_id: r.results["preferences"].error
