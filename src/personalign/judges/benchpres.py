@@ -26,7 +26,7 @@ PREFERENCE_JUDGE_SCHEMA: dict[str, Any] = {
 COMPLETENESS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "explanation": {"type": "string", "maxLength": 240},
+        "explanation": {"type": "string", "maxLength": 160},
         "rating": {"type": "integer", "enum": [1, 2, 3, 4, 5]},
     },
     "required": ["explanation", "rating"],
