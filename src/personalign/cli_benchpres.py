@@ -130,7 +130,9 @@ def run_benchpres_cmd(
         raise typer.Exit(3)
 
 
-benchpres_app = typer.Typer(no_args_is_help=True, help="BenchPreS data tools: build rows, validate files.")
+benchpres_app = typer.Typer(
+    no_args_is_help=True, help="BenchPreS tools: build rows, validate files, re-judge runs."
+)
 
 
 @benchpres_app.command("build")
@@ -192,6 +194,36 @@ def validate_cmd(
             }
         )
     )
+
+
+@benchpres_app.command("rescore")
+def rescore_cmd(
+    run: Annotated[Path, typer.Argument(help="A finished BenchPreS run directory.")],
+    judge: Annotated[str | None, typer.Option("--judge", "-j", help="New preference judge spec.")] = None,
+    completeness_judge: Annotated[
+        str | None, typer.Option(help="New completeness judge spec (default: --judge).")
+    ] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
+    concurrency: Annotated[int, typer.Option()] = 8,
+    cache: Annotated[Path | None, typer.Option()] = None,
+    progress: Annotated[bool, typer.Option()] = True,
+) -> None:
+    """Re-judge a run's saved responses with other judges (no subject calls)."""
+    from personalign.report.benchpres import print_run_summary
+    from personalign.runs.benchpres_run import rescore_benchpres
+    from personalign.runs.cupid_run import RunSettings
+
+    try:
+        result = rescore_benchpres(
+            run,
+            RunSettings(run_dir=run_dir, concurrency=concurrency, cache_path=cache, progress=progress),
+            judge=judge,
+            completeness_judge=completeness_judge,
+        )
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    print_run_summary(result.summary, result.run_dir.path)
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:

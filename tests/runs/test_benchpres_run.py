@@ -23,7 +23,7 @@ from personalign.errors import ConfigError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import BackendResponse
-from personalign.runs.benchpres_run import defaults_for, run_benchpres
+from personalign.runs.benchpres_run import defaults_for, rescore_benchpres, run_benchpres
 from personalign.runs.cupid_run import RunSettings
 from personalign.runs.store import RunDir
 from personalign.types import BenchPresRow, Message
@@ -258,3 +258,32 @@ def test_backend_reasoning_is_kept_in_the_step_record(tmp_path: Path) -> None:
     record = next(iter(RunDir(tmp_path / "run").records().values()))
     assert record.steps["generate"].reasoning == ["Emojis do not fit here."]
     assert record.steps["generate"].parsed["message"] == "Dear agent, please help."
+
+
+def test_rescore_rejudges_saved_responses_without_calling_the_subject(tmp_path: Path) -> None:
+    first = run_benchpres(CONFIG, settings(tmp_path, limit=2))
+    subject, other_judge = ScriptedBackend(), ScriptedBackend(lambda m, c: '{"label": "follow"}')
+    factory = ModelFactory(
+        cache=CallCache(tmp_path / "c.sqlite"),
+        backends={"scripted/s": subject, "scripted/other": other_judge},
+    )
+    result = rescore_benchpres(
+        tmp_path / "run",
+        settings(tmp_path, "rescored"),
+        judge="scripted/other",
+        completeness_judge="scripted/j",
+        factory=factory,
+    )
+    assert subject.calls == 0 and other_judge.calls > 0
+    assert result.summary["models"]["judge"] == "scripted/other"
+    assert result.summary["n_instances"] == first.summary["n_instances"] == 4
+    assert result.summary["by_category"]["role"]["mr"] == 1.0  # the new judge says follow to all
+    old = RunDir(tmp_path / "run").records()
+    new = RunDir(tmp_path / "rescored").records()
+    assert {k: v.steps["generate"].raw for k, v in old.items()} == {
+        k: v.steps["generate"].raw for k, v in new.items()
+    }
+    manifest = json.loads((tmp_path / "rescored" / "manifest.json").read_text())
+    assert manifest["rescored_from"]["run_dir"] == str(tmp_path / "run")
+    with pytest.raises(ConfigError, match="needs --judge"):
+        rescore_benchpres(tmp_path / "run", settings(tmp_path, "x"))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from personalign.benchmarks.benchpres import (
+    SUBJECT_STEPS,
     BenchPresBenchmark,
     BenchPresConfig,
     BenchPresItem,
@@ -24,7 +25,7 @@ from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs.cupid_run import SMALL_MODEL_NOTICE, RunResult, RunSettings, _slug, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.progress import RunProgress
-from personalign.runs.records import InstanceRecord
+from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.runner import Runner, RunOutcome, open_run
 from personalign.runs.store import RunDir
 from personalign.types import BenchPresRow
@@ -145,6 +146,7 @@ async def _execute(
     run_dir: RunDir,
     factory: ModelFactory,
     settings: RunSettings,
+    previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
 ) -> RunOutcome:
     models = BenchPresModels(
         subject=factory.get(config.subject),
@@ -222,5 +224,59 @@ def run_benchpres(
         factory,
         settings.seed,
         {"selection": {"limit": settings.limit}},
+    )
+    return RunResult(run_dir, outcome, summary)
+
+
+def rescore_benchpres(
+    source: Path,
+    settings: RunSettings,
+    *,
+    judge: str | None = None,
+    completeness_judge: str | None = None,
+    factory: ModelFactory | None = None,
+) -> RunResult:
+    """Re-judge a run's saved responses with other judges, into a new run directory.
+
+    The subject is not called: every saved `generate` step is reused as it is.
+    """
+    old_dir = RunDir(source)
+    manifest = old_dir.read_manifest()
+    if manifest.get("benchmark") != "benchpres":
+        raise ConfigError(f"{source} is not a BenchPreS run")
+    if not judge and not completeness_judge:
+        raise ConfigError("rescore needs --judge and/or --completeness-judge")
+    old = BenchPresConfig(**manifest["config"])
+    config = replace(
+        old,
+        judge=judge or old.judge,
+        completeness_judge=completeness_judge or judge or old.completeness_judge,
+    )
+    source_data = manifest["data"]["source"]
+    if str(source_data).startswith("fixture:"):
+        source_data = "fixture"
+    dataset = load_benchpres(source_data)
+    if manifest["data"].get("sha256") and dataset.sha256 != manifest["data"]["sha256"]:
+        raise ConfigError(f"the data at {source_data} changed since {source} was run (sha256 differs)")
+    old_records = old_dir.records()
+    items = [item for item in expand(dataset.rows, config.samples) if item.id in old_records]
+    factory = factory or make_factory(settings)
+    new_manifest = build_manifest(config, dataset, settings, factory)
+    new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
+    run_dir = RunDir(settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}"))
+    open_run(run_dir, new_manifest)
+
+    def kept(item_id: str) -> Mapping[str, StepRecord]:
+        return {k: v for k, v in old_records[item_id].steps.items() if k in SUBJECT_STEPS}
+
+    outcome = asyncio.run(_execute(config, items, run_dir, factory, settings, previous_steps=kept))
+    summary = write_summary(
+        run_dir,
+        config,
+        outcome.records,
+        outcome.status,
+        factory,
+        settings.seed,
+        {"rescored_from": str(source)},
     )
     return RunResult(run_dir, outcome, summary)
