@@ -216,6 +216,7 @@ def test_a_failing_context_strategy_is_an_error_of_that_response(tmp_path: Path)
 
 def test_embedded_defaults_are_small_and_real_models_get_three_samples() -> None:
     assert defaults_for("local/smollm2").samples == 1
+    assert defaults_for("local/smollm2?timeout=30").max_tokens == 160
     assert defaults_for("openai/gpt-4o").samples == 3
 
 

@@ -48,7 +48,7 @@ class Defaults:
 
 def defaults_for(subject: str) -> Defaults:
     """Samples and subject max tokens when the user gives none (see docs/benchpres.md)."""
-    if subject == EMBEDDED_DEFAULT:
+    if parse_model_spec(subject).label == EMBEDDED_DEFAULT:
         return Defaults(EMBEDDED_SAMPLES, EMBEDDED_MAX_TOKENS)
     return Defaults(DEFAULT_SAMPLES, DEFAULT_MAX_TOKENS)
 
