@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from personalign import cli_benchpres
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 
@@ -158,21 +159,27 @@ def rescore(
 @app.command()
 def report(
     runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
-    out: Annotated[Path, typer.Option(help="Directory for report.md, report.csv and report.json.")] = Path(
-        "report"
-    ),
+    out: Annotated[
+        Path, typer.Option(help="Directory for report.md/.csv/.json (CUPID) and benchpres.* (BenchPreS).")
+    ] = Path("report"),
 ) -> None:
-    """Print and write the paper-style tables (Table 1 and Table 3) for one or more runs."""
+    """Print and write the paper-style tables (and the BenchPreS plot) for one or more runs."""
+    from personalign.report import benchpres as benchpres_report
     from personalign.report.cupid import build_report, write_report
 
     try:
-        tables = build_report(runs)
+        kinds = {path: benchpres_report.benchmark_of(path) for path in runs}
+        benchpres_runs = [p for p, kind in kinds.items() if kind == "benchpres"]
+        cupid_runs = [p for p, kind in kinds.items() if kind != "benchpres"]
+        if cupid_runs:
+            typer.echo(write_report(build_report(cupid_runs), out))
+            console.print(f"written to {out}/report.md, report.csv, report.json")
+        if benchpres_runs:
+            typer.echo(benchpres_report.write_report(benchpres_report.build_report(benchpres_runs), out))
+            console.print(f"written to {out}/benchpres.md, .csv, .json and benchpres_scatter.png/.svg")
     except PersonalignError as exc:
         _fail(exc)
         return
-    markdown = write_report(tables, out)
-    typer.echo(markdown)
-    console.print(f"written to {out}/report.md, report.csv, report.json")
 
 
 @app.command()
@@ -193,6 +200,9 @@ def validate(
     for instance in dataset.instances:
         counts[instance.instance_type] = counts.get(instance.instance_type, 0) + 1
     typer.echo(json.dumps({"source": dataset.source, "instances": len(dataset.instances), "by_type": counts}))
+
+
+cli_benchpres.register(app, run_app)
 
 
 def main() -> None:

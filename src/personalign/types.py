@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 Role = Literal["system", "user", "assistant"]
 InstanceType = Literal["consistent", "contrastive", "changing"]
@@ -78,3 +78,53 @@ class CupidInstance(Frozen):
 
 def cupid_instance_id(persona_id: str, instance_type: str) -> str:
     return f"{persona_id}#{instance_type}"
+
+
+# --- BenchPreS ----------------------------------------------------------------------------
+
+PreferenceCategory = Literal["role", "style", "tone", "markers", "nickname", "other"]
+PREFERENCE_CATEGORIES: tuple[PreferenceCategory, ...] = ("role", "style", "tone", "markers", "nickname")
+BENCHPRES_DOMAINS: tuple[str, ...] = ("finance/legal", "health", "education", "employment", "housing")
+
+
+class BenchPresRow(Frozen):
+    """One BenchPreS row in the official schema (`sangyon/BenchPreS`, split `test`).
+
+    `prompt` is the full persistent-memory prompt (memory statements plus the task
+    instruction); `preference_label[i]` is True when `preference_attribute[i]` is appropriate
+    to apply for this recipient and task, False when it must be suppressed.
+    """
+
+    prompt: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    task: str = Field(min_length=1)
+    recipient: str = Field(min_length=1)
+    domain: str | None = None
+    preference_attribute: tuple[str, ...] = Field(min_length=1)
+    preference_label: tuple[StrictBool, ...] = Field(min_length=1)
+
+    @field_validator("preference_attribute")
+    @classmethod
+    def _attributes_non_empty(cls, attributes: tuple[str, ...]) -> tuple[str, ...]:
+        for i, attribute in enumerate(attributes):
+            if not attribute.strip():
+                raise ValueError(f"attribute {i} is empty")
+        return attributes
+
+    @model_validator(mode="after")
+    def _aligned(self) -> BenchPresRow:
+        n_attr, n_label = len(self.preference_attribute), len(self.preference_label)
+        if n_attr != n_label:
+            raise ValueError(
+                f"preference_label has {n_label} entries for {n_attr} preference_attribute entries"
+            )
+        return self
+
+    @property
+    def id(self) -> str:
+        """Stable id: profile name, recipient and task (unique per row in the official data)."""
+        return benchpres_row_id(self.name, self.recipient, self.task)
+
+
+def benchpres_row_id(name: str, recipient: str, task: str) -> str:
+    return f"{name}#{recipient}#{task}"

@@ -14,7 +14,11 @@ Syntax: ``provider/model[@base_url][?option=value&...]``
 Options: ``key_env`` (name of the env var holding the key; the key itself is never part of
 a spec), ``concurrency``, ``timeout`` (seconds per call), ``max_retries``, and for
 OpenAI-compatible servers ``schema_mode`` = ``json_schema`` (OpenAI style, default) |
-``json_object`` (llama-cpp-python server style) | ``none``.
+``json_object`` (llama-cpp-python server style) | ``none``, and ``reasoning_param``, how a
+request to turn reasoning on or off is sent: ``chat_template_kwargs`` (``enable_thinking``, as
+vLLM, SGLang and llama.cpp servers take it; default for ``openai-compat`` and ``together``),
+``reasoning`` (OpenRouter's ``{"enabled": ...}``; default for ``openrouter``),
+``reasoning_effort`` (OpenAI's, ``medium`` / ``minimal``; default for ``openai``) or ``none``.
 """
 
 from __future__ import annotations
@@ -31,8 +35,11 @@ OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
 }
 PROVIDERS = (*OPENAI_COMPATIBLE_HOSTS, "openai-compat", "anthropic", "local", "scripted")
 DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8}
-KNOWN_OPTIONS = {"key_env", "concurrency", "timeout", "max_retries", "schema_mode"}
+KNOWN_OPTIONS = {"key_env", "concurrency", "timeout", "max_retries", "schema_mode", "reasoning_param"}
 SCHEMA_MODES = {"json_schema", "json_object", "none"}
+# How an OpenAI-compatible backend is told to turn reasoning on or off (GenerateConfig.reasoning).
+REASONING_PARAMS = {"chat_template_kwargs", "reasoning", "reasoning_effort", "none"}
+DEFAULT_REASONING_PARAM = {"openai": "reasoning_effort", "openrouter": "reasoning"}
 
 EMBEDDED_DEFAULT = "local/smollm2"
 
@@ -47,6 +54,7 @@ class ModelSpec:
     timeout: float = 120.0
     max_retries: int = 4
     schema_mode: str = "json_schema"
+    reasoning_param: str = "chat_template_kwargs"
     options: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -72,6 +80,7 @@ class ModelSpec:
             "timeout": self.timeout,
             "max_retries": self.max_retries,
             "schema_mode": self.schema_mode,
+            "reasoning_param": self.reasoning_param,
         }
 
 
@@ -116,6 +125,11 @@ def parse_model_spec(text: str) -> ModelSpec:
     schema_mode = options.get("schema_mode", "json_schema")
     if schema_mode not in SCHEMA_MODES:
         raise ConfigError(f"{text!r}: schema_mode must be one of {sorted(SCHEMA_MODES)}")
+    reasoning_param = options.get(
+        "reasoning_param", DEFAULT_REASONING_PARAM.get(provider, "chat_template_kwargs")
+    )
+    if reasoning_param not in REASONING_PARAMS:
+        raise ConfigError(f"{text!r}: reasoning_param must be one of {sorted(REASONING_PARAMS)}")
     try:
         concurrency = int(options.get("concurrency", DEFAULT_CONCURRENCY.get(provider, 16)))
         timeout = float(options.get("timeout", 120.0))
@@ -133,5 +147,6 @@ def parse_model_spec(text: str) -> ModelSpec:
         timeout=timeout,
         max_retries=max_retries,
         schema_mode=schema_mode,
+        reasoning_param=reasoning_param,
         options=options,
     )

@@ -27,9 +27,17 @@ class GenerateConfig(BaseModel):
     sample_index: int = Field(
         0, ge=0, description="Distinguishes repeated samples of the same prompt so each is cached apart."
     )
+    reasoning: bool | None = Field(
+        None,
+        description="Ask the backend to turn reasoning ('thinking') on or off; None sends nothing "
+        "(the model's default). Backends that cannot control it refuse True.",
+    )
 
     def cache_fields(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        fields = self.model_dump(mode="json")
+        if fields["reasoning"] is None:  # keeps the keys of calls made before the field existed
+            del fields["reasoning"]
+        return fields
 
 
 class Usage(BaseModel):

@@ -24,6 +24,9 @@ class StepRecord(BaseModel):
     raw: list[str] = Field(
         default_factory=list, description="raw outputs, one per attempt (re-asks included)"
     )
+    reasoning: list[str] = Field(
+        default_factory=list, description="reasoning the backend returned apart from the text, per attempt"
+    )
     parsed: Any = None
     error: str | None = None
     flags: list[str] = Field(default_factory=list, description="e.g. empty_inference, missing_section, reask")

@@ -81,6 +81,9 @@ class StepRunner:
                 record.status, record.error = "error", f"model call failed: {exc}"
                 raise StepFailed(name, record.error) from None
             record.raw.append(completion.text)
+            reasoning = (completion.raw or {}).get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                record.reasoning.append(reasoning)
             record.prompt_tokens += completion.usage.prompt_tokens
             record.completion_tokens += completion.usage.completion_tokens
             if record.cost_usd is not None:

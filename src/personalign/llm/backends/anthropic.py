@@ -19,6 +19,7 @@ API_VERSION = "2023-06-01"
 
 class AnthropicBackend:
     supports_json_schema = True
+    supports_reasoning = True
 
     def __init__(self, spec: ModelSpec, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         assert spec.base_url is not None
@@ -41,7 +42,13 @@ class AnthropicBackend:
         }
         if system:
             body["system"] = system
-        if config.top_p is not None:
+        if config.reasoning:
+            # Extended thinking takes a token budget inside max_tokens and no sampling changes.
+            budget = max(1024, config.max_tokens // 2)
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            body["max_tokens"] = max(config.max_tokens, budget + 1024)
+            del body["temperature"]
+        elif config.top_p is not None:
             body["top_p"] = config.top_p
         if config.stop:
             body["stop_sequences"] = list(config.stop)

@@ -69,6 +69,7 @@ def _load(path: Path, n_ctx: int) -> Any:
 
 class LlamaLocalBackend:
     supports_json_schema = True
+    supports_reasoning = False  # llama-cpp-python's chat API has no switch for it
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
@@ -77,6 +78,8 @@ class LlamaLocalBackend:
         self._lock = threading.Lock()
 
     def _call(self, messages: Sequence[Message], config: GenerateConfig) -> BackendResponse:
+        if config.reasoning:
+            raise ModelCallError(f"{self.spec.label}: cannot turn reasoning on", retryable=False)
         llm = _load(self.path, self.n_ctx)
         kwargs: dict[str, Any] = {
             "messages": [{"role": m.role, "content": m.content} for m in messages],

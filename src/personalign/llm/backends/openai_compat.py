@@ -39,11 +39,25 @@ def response_format(config: GenerateConfig, schema_mode: str) -> dict[str, Any] 
     }
 
 
+def reasoning_fields(reasoning: bool | None, param: str) -> dict[str, Any]:
+    """Request fields that turn reasoning on or off, in the style the server understands."""
+    if reasoning is None or param == "none":
+        return {}
+    if param == "chat_template_kwargs":  # vLLM, SGLang, llama.cpp server (Qwen3-style templates)
+        return {"chat_template_kwargs": {"enable_thinking": reasoning}}
+    if param == "reasoning":  # OpenRouter
+        return {"reasoning": {"enabled": reasoning}}
+    if param == "reasoning_effort":  # OpenAI reasoning models
+        return {"reasoning_effort": "medium" if reasoning else "minimal"}
+    raise ValueError(f"unknown reasoning_param {param!r}")
+
+
 class OpenAICompatBackend:
     def __init__(self, spec: ModelSpec, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         assert spec.base_url is not None
         self.spec = spec
         self.supports_json_schema = spec.schema_mode != "none"
+        self.supports_reasoning = spec.reasoning_param != "none"
         self._key = read_key(spec.key_env, spec.label)
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         self._clients: list[httpx.AsyncClient] = []
@@ -88,6 +102,7 @@ class OpenAICompatBackend:
         fmt = response_format(config, self.spec.schema_mode)
         if fmt is not None:
             body["response_format"] = fmt
+        body.update(reasoning_fields(config.reasoning, self.spec.reasoning_param))
         return body
 
     def encode_payload(self, messages: Sequence[Message], config: GenerateConfig) -> bytes:

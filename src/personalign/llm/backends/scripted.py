@@ -69,6 +69,27 @@ def default_responder(messages: Sequence[Message], config: GenerateConfig) -> st
         if name == "match_list":
             return json.dumps([{"index": e["index"], "label": e["label"]} for e in entries])
         return json.dumps({"results": entries})
+    if name == "benchpres_preference":
+        attribute = _field(user, "Preference")
+        message = user.split("Message:", 1)[-1]
+        return json.dumps({"label": "follow" if _overlap(attribute, message) >= 0.5 else "do_not_follow"})
+    if name == "benchpres_completeness":
+        n_words = len(user.split("Message:", 1)[-1].split())
+        return json.dumps({"explanation": "Rated by length.", "rating": min(5, 1 + n_words // 15)})
+    if "User Knowledge Memories" in user:
+        # Apply every stored preference, or with the mitigation instruction only the stated ones.
+        cues = (
+            ("i prefer",)
+            if "Leave out any preference" in user
+            else ("i prefer", "i like", "i love", "call me")
+        )
+        applied = [
+            line for line in user.splitlines() if line.lower().startswith(cues) or "call me" in line.lower()
+        ]
+        if "Leave out any preference" in user:
+            applied = [line for line in applied if line.lower().startswith("i prefer")]
+        text = "Dear recipient,\n" + "\n".join(applied) + "\nI am writing about my request.\nRegards"
+        return ("<think>First list the stored preferences.</think>\n" + text) if config.reasoning else text
     if name == "generation_judgement":
         response = user.split("## AI assistant's response", 1)[-1]
         score = 1 + round(9 * min(1.0, 2 * _overlap(system, response)))
@@ -84,6 +105,7 @@ def default_responder(messages: Sequence[Message], config: GenerateConfig) -> st
 
 class ScriptedBackend:
     supports_json_schema = True
+    supports_reasoning = True
 
     def __init__(self, responder: Responder | None = None, failures: Sequence[ModelCallError] = ()) -> None:
         self.responder = responder or default_responder

@@ -1,0 +1,386 @@
+"""BenchPreS: does the subject apply stored preferences only where they belong?
+
+For each (profile, context) row and each sample, the subject writes the message from the
+persistent-memory prompt (optionally with the mitigation instruction, with reasoning on or
+off). Each preference attribute is then judged follow / do_not_follow on the final message
+(reasoning removed): nickname attributes by the exact-match rule, the others by the LLM judge.
+A completeness judge rates the message 1-5 for the task. Metrics: MR, AAR, selectivity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from personalign.context.benchpres import context_strategies, get_context_strategy
+from personalign.errors import ConfigError, ParseError
+from personalign.judges.benchpres import (
+    COMPLETENESS_SCHEMA,
+    PREFERENCE_JUDGE_SCHEMA,
+    categorize,
+    nickname_applied,
+    nickname_of,
+    parse_completeness,
+    parse_follow,
+    split_reasoning,
+)
+from personalign.llm.model import Model
+from personalign.llm.types import GenerateConfig
+from personalign.metrics.benchpres import Judgement, breakdown, selectivity_scores
+from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.prompts import load_template
+from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
+from personalign.runs.steps import StepFailed, StepRunner
+from personalign.types import BenchPresRow
+
+Reasoning = Literal["default", "on", "off"]
+REASONING_MODES: tuple[str, ...] = ("default", "on", "off")
+SUBJECT_STEPS = ("generate",)
+
+TEMPLATES = {
+    "memory_prompt": "benchpres/memory_prompt",
+    "subject": "benchpres/subject",
+    "subject_mitigation": "benchpres/subject_mitigation",
+    "judge": "benchpres/judge_preference",
+    "completeness": "benchpres/judge_completeness",
+}
+
+
+@dataclass(frozen=True)
+class BenchPresConfig:
+    """Everything that defines a BenchPreS run's results (recorded in the manifest)."""
+
+    subject: str
+    judge: str
+    completeness_judge: str
+    mitigation: bool = False
+    reasoning: Reasoning = "default"
+    samples: int = 3
+    temperature: float = 1.0
+    context: str = "full"
+    completeness: bool = True
+    subject_max_tokens: int = 1024
+    judge_max_tokens: int = 256
+    reasks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.reasoning not in REASONING_MODES:
+            raise ConfigError(f"unknown reasoning mode {self.reasoning!r} (choose from default, on, off)")
+        if self.context not in context_strategies():
+            raise ConfigError(
+                f"unknown context {self.context!r} (choose from {', '.join(context_strategies())})"
+            )
+        if self.samples < 1:
+            raise ConfigError("--samples must be at least 1")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ConfigError("--temperature must be between 0 and 2")
+
+    @property
+    def condition(self) -> str:
+        """A short name for the condition, e.g. ``mitigation+reasoning-on``."""
+        parts = ["mitigation" if self.mitigation else "default"]
+        if self.reasoning != "default":
+            parts.append(f"reasoning-{self.reasoning}")
+        if self.context != "full":
+            parts.append(f"context-{self.context}")
+        return "+".join(parts)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BenchPresModels:
+    subject: Model
+    judge: Model
+    completeness_judge: Model
+
+
+@dataclass(frozen=True)
+class BenchPresItem:
+    """One unit of work: a row and the index of one of its samples."""
+
+    row: BenchPresRow
+    sample: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.row.id}#s{self.sample}"
+
+
+def expand(rows: Iterable[BenchPresRow], samples: int) -> list[BenchPresItem]:
+    """Sample-major order, so an interrupted run has whole sample passes done first."""
+    rows = list(rows)
+    return [BenchPresItem(row, k) for k in range(samples) for row in rows]
+
+
+def prompt_hashes() -> dict[str, str]:
+    return {name: load_template(name).sha256 for name in TEMPLATES.values()}
+
+
+def parse_message(text: str) -> dict[str, Any]:
+    """The subject's final message, with any inline reasoning removed (kept in the raw output)."""
+    split = split_reasoning(text)
+    if not split.final:
+        raise ParseError("the response holds no message once reasoning is removed")
+    return {"message": split.final, "inline_reasoning": bool(split.reasoning)}
+
+
+class BenchPresBenchmark:
+    name = "benchpres"
+
+    def __init__(self, config: BenchPresConfig, models: BenchPresModels) -> None:
+        self.config = config
+        self.models = models
+        self.strategy = get_context_strategy(config.context)
+
+    @staticmethod
+    def instance_id(item: BenchPresItem) -> str:
+        return item.id
+
+    @staticmethod
+    def meta(item: BenchPresItem) -> dict[str, Any]:
+        row = item.row
+        return {
+            "row_id": row.id,
+            "name": row.name,
+            "recipient": row.recipient,
+            "task": row.task,
+            "domain": row.domain,
+            "sample": item.sample,
+        }
+
+    def subject_config(self, sample: int) -> GenerateConfig:
+        reasoning = {"default": None, "on": True, "off": False}[self.config.reasoning]
+        return GenerateConfig(
+            temperature=self.config.temperature,
+            max_tokens=self.config.subject_max_tokens,
+            sample_index=sample,
+            reasoning=reasoning,
+        )
+
+    def _judge_config(self, schema: dict[str, Any], name: str) -> GenerateConfig:
+        return GenerateConfig(
+            temperature=0.0, max_tokens=self.config.judge_max_tokens, json_schema=schema, schema_name=name
+        )
+
+    async def generate(self, item: BenchPresItem, steps: StepRunner) -> str:
+        try:
+            prompt = await self.strategy(item.row)
+        except Exception as exc:  # a strategy's failure is this response's error, not the run's
+            message = f"context strategy {self.config.context!r} failed: {type(exc).__name__}: {exc}"
+            steps.steps["context"] = StepRecord(role="context", status="error", error=message)
+            raise StepFailed("context", message) from exc
+        template = TEMPLATES["subject_mitigation" if self.config.mitigation else "subject"]
+        parsed = await steps.call(
+            "generate",
+            role="subject",
+            model=self.models.subject,
+            template=load_template(template),
+            values={"prompt": prompt},
+            config=self.subject_config(item.sample),
+            parse=parse_message,
+        )
+        return str(parsed["message"])
+
+    async def judge_attribute(self, steps: StepRunner, index: int, attribute: str, message: str) -> str:
+        """'follow' or 'do_not_follow' for one attribute; raises `StepFailed` on errors."""
+        name = f"judge/{index}"
+        nickname = nickname_of(attribute) if categorize(attribute) == "nickname" else None
+        if nickname is not None:
+            label = "follow" if nickname_applied(nickname, message) else "do_not_follow"
+            steps.record(name, "nickname_rule", {"label": label, "nickname": nickname})
+            return label
+        parsed = await steps.call(
+            name,
+            role="judge",
+            model=self.models.judge,
+            template=load_template(TEMPLATES["judge"]),
+            values={"attribute": attribute, "response": message},
+            config=self._judge_config(PREFERENCE_JUDGE_SCHEMA, "benchpres_preference"),
+            parse=lambda text: {"label": parse_follow(text)},
+            reasks=self.config.reasks,
+        )
+        return str(parsed["label"])
+
+    async def rate_completeness(self, item: BenchPresItem, steps: StepRunner, message: str) -> int:
+        parsed = await steps.call(
+            "completeness",
+            role="completeness_judge",
+            model=self.models.completeness_judge,
+            template=load_template(TEMPLATES["completeness"]),
+            values={"recipient": item.row.recipient, "task": item.row.task, "response": message},
+            config=self._judge_config(COMPLETENESS_SCHEMA, "benchpres_completeness"),
+            parse=lambda text: asdict(parse_completeness(text)),
+            reasks=self.config.reasks,
+        )
+        return int(parsed["rating"])
+
+    async def evaluate(
+        self, item: BenchPresItem, previous: Mapping[str, StepRecord] | None = None
+    ) -> InstanceRecord:
+        steps = StepRunner(previous)
+        record = InstanceRecord(instance_id=item.id, meta=self.meta(item))
+        tasks = ["preferences", *(["completeness"] if self.config.completeness else [])]
+        try:
+            message = await self.generate(item, steps)
+        except StepFailed as exc:
+            record.steps = steps.steps
+            record.results = {t: TaskResult(status="error", error=str(exc)) for t in tasks}
+            return record
+        row = item.row
+        judged = await asyncio.gather(
+            *(self.judge_attribute(steps, i, a, message) for i, a in enumerate(row.preference_attribute)),
+            return_exceptions=True,
+        )
+        judgements: list[dict[str, Any]] = []
+        errors: list[str] = []
+        for i, (attribute, gold, outcome) in enumerate(
+            zip(row.preference_attribute, row.preference_label, judged, strict=True)
+        ):
+            entry: dict[str, Any] = {
+                "index": i,
+                "attribute": attribute,
+                "category": categorize(attribute),
+                "label": gold,
+                "method": "nickname_rule" if _role(steps, f"judge/{i}") == "nickname_rule" else "llm",
+            }
+            if isinstance(outcome, StepFailed):
+                entry.update(judged=None, applied=None, error=str(outcome))
+                errors.append(str(outcome))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                entry.update(judged=outcome, applied=outcome == "follow", error=None)
+            judgements.append(entry)
+        results = {
+            "preferences": TaskResult(
+                status="error" if errors else "ok",
+                error="; ".join(errors) or None,
+                scores={"judgements": judgements},
+            )
+        }
+        if self.config.completeness:
+            try:
+                rating = await self.rate_completeness(item, steps, message)
+                results["completeness"] = TaskResult(status="ok", scores={"rating": rating})
+            except StepFailed as exc:
+                results["completeness"] = TaskResult(status="error", error=str(exc))
+        record.steps = steps.steps
+        record.results = results
+        return record
+
+
+def _role(steps: StepRunner, name: str) -> str | None:
+    step = steps.steps.get(name)
+    return step.role if step is not None else None
+
+
+# --- aggregation --------------------------------------------------------------------------
+
+
+def judgements_of(records: Iterable[InstanceRecord]) -> list[Judgement]:
+    """Every successfully judged (response, attribute) pair of the records."""
+    out: list[Judgement] = []
+    for record in records:
+        result = record.results.get("preferences")
+        if result is None:
+            continue
+        for entry in result.scores.get("judgements", []):
+            if entry.get("applied") is None:
+                continue
+            out.append(
+                Judgement(
+                    row_id=str(record.meta.get("row_id", record.instance_id)),
+                    sample=int(record.meta.get("sample", 0)),
+                    domain=str(record.meta.get("domain") or "unknown"),
+                    category=str(entry["category"]),
+                    label=bool(entry["label"]),
+                    applied=bool(entry["applied"]),
+                )
+            )
+    return out
+
+
+def _mean_with_ci(values: list[float], seed: int) -> dict[str, Any]:
+    if not values:
+        return {"mean": None, "ci": None, "n": 0}
+    n = len(values)
+    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
+    return {"mean": float(np.mean(values)), "ci": ci, "n": n}
+
+
+def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any]:
+    """MR / AAR / selectivity overall, by domain and by category; completeness; error counts."""
+    records = list(records)
+    judgements = judgements_of(records)
+    generation_errors = {  # no message to judge: the context strategy or the subject call failed
+        r.instance_id: r.results["preferences"].error
+        for r in records
+        if "preferences" in r.results
+        and r.results["preferences"].status == "error"
+        and "judgements" not in r.results["preferences"].scores
+    }
+    judge_errors = {
+        r.instance_id: r.results["preferences"].error
+        for r in records
+        if "preferences" in r.results
+        and r.results["preferences"].status == "error"
+        and r.instance_id not in generation_errors
+    }
+    n_attr = sum(
+        len(r.results["preferences"].scores.get("judgements", []))
+        for r in records
+        if "preferences" in r.results
+    )
+    methods = Counter(
+        step.role
+        for r in records
+        for name, step in r.steps.items()
+        if name.startswith("judge/") and step.status == "ok"
+    )
+    flags = Counter(flag for r in records for step in r.steps.values() for flag in step.flags)
+    ratings = [
+        float(r.results["completeness"].scores["rating"])
+        for r in records
+        if "completeness" in r.results and r.results["completeness"].status == "ok"
+    ]
+    completeness_errors = {
+        r.instance_id: r.results["completeness"].error
+        for r in records
+        if "completeness" in r.results
+        and r.results["completeness"].status == "error"
+        and r.instance_id not in generation_errors
+    }
+    inline_reasoning = sum(
+        1
+        for r in records
+        if "generate" in r.steps
+        and r.steps["generate"].status == "ok"
+        and isinstance(r.steps["generate"].parsed, dict)
+        and r.steps["generate"].parsed.get("inline_reasoning")
+    )
+    return {
+        "n_instances": len(records),
+        "n_rows": len({r.meta.get("row_id") for r in records}),
+        "n_responses": len(records) - len(generation_errors),
+        "n_judgements": len(judgements),
+        "n_judgement_errors": n_attr - len(judgements),
+        "all": selectivity_scores(judgements, seed=seed).to_record(),
+        "by_domain": breakdown(judgements, lambda j: j.domain, seed=seed),
+        "by_category": breakdown(judgements, lambda j: j.category, seed=seed),
+        "completeness": _mean_with_ci(ratings, seed),
+        "judge_methods": {"llm" if k == "judge" else k: v for k, v in sorted(methods.items())},
+        "responses_with_inline_reasoning": inline_reasoning,
+        "flags": dict(sorted(flags.items())),
+        "errors": {
+            "generation": generation_errors,
+            "judge": judge_errors,
+            "completeness": completeness_errors,
+        },
+    }

@@ -1,0 +1,231 @@
+"""`personalign run benchpres` and `personalign benchpres build|validate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from personalign.errors import PersonalignError
+from personalign.llm.spec import EMBEDDED_DEFAULT
+
+console = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+def run_benchpres_cmd(
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Subject model spec (default: local/smollm2).")
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option("--judge", "-j", help="Preference judge spec (required with --model)."),
+    ] = None,
+    completeness_judge: Annotated[
+        str | None, typer.Option(help="Task-completeness judge spec (default: --judge).")
+    ] = None,
+    data: Annotated[
+        str, typer.Option(help="'fixture', 'hf[:repo[:split]]', or a .parquet/.json/.jsonl file.")
+    ] = "fixture",
+    mitigation: Annotated[
+        bool,
+        typer.Option(
+            "--mitigation/--no-mitigation",
+            help="Add the instruction to apply only the preferences that suit the context.",
+        ),
+    ] = False,
+    reasoning: Annotated[
+        str, typer.Option(help="default (send nothing) | on | off: the subject's reasoning mode.")
+    ] = "default",
+    context: Annotated[
+        str, typer.Option(help="Context strategy: how memory reaches the subject (built in: full).")
+    ] = "full",
+    samples: Annotated[
+        int | None,
+        typer.Option(help="Responses per row, averaged (default 3; 1 for the embedded local/smollm2)."),
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="Subject sampling temperature.")] = 1.0,
+    completeness: Annotated[
+        bool, typer.Option("--completeness/--no-completeness", help="Rate task completeness 1-5.")
+    ] = True,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N rows.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Responses evaluated at once.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed for bootstrap CIs.")] = 0,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Run directory (default: runs/benchpres/<derived name>).")
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="Max tokens per response (default 1024; 160 for the embedded model)."),
+    ] = None,
+    judge_max_tokens: Annotated[int, typer.Option(help="Max tokens per judge answer.")] = 256,
+    max_cost: Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")] = None,
+    prices: Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")] = None,
+    cache: Annotated[
+        Path | None, typer.Option(help="Call cache file (default: ~/.cache/personalign/calls.sqlite).")
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the call cache.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run BenchPreS: are stored preferences applied only where the context allows them?"""
+    from personalign.benchmarks.benchpres import BenchPresConfig
+    from personalign.report.benchpres import print_run_summary
+    from personalign.runs.benchpres_run import defaults_for, run_benchpres
+    from personalign.runs.cupid_run import SMALL_MODEL_NOTICE, RunSettings
+
+    try:
+        if model and model != EMBEDDED_DEFAULT and not judge:
+            raise PersonalignError(
+                "--judge is required with --model: personalign never lets a model grade itself by default"
+            )
+        subject = model or EMBEDDED_DEFAULT
+        judge_spec = judge or EMBEDDED_DEFAULT
+        defaults = defaults_for(subject)
+        config = BenchPresConfig(
+            subject=subject,
+            judge=judge_spec,
+            completeness_judge=completeness_judge or judge_spec,
+            mitigation=mitigation,
+            reasoning=reasoning,  # type: ignore[arg-type]
+            samples=samples if samples is not None else defaults.samples,
+            temperature=temperature,
+            context=context,
+            completeness=completeness,
+            subject_max_tokens=max_tokens if max_tokens is not None else defaults.max_tokens,
+            judge_max_tokens=judge_max_tokens,
+        )
+        settings = RunSettings(
+            run_dir=run_dir,
+            concurrency=concurrency,
+            limit=limit,
+            seed=seed,
+            cache_path=cache,
+            use_cache=not no_cache,
+            max_cost_usd=max_cost,
+            prices=prices,
+            progress=progress,
+        )
+        console.print(
+            f"benchpres: subject [bold]{config.subject}[/], judge {config.judge}, completeness judge "
+            f"{config.completeness_judge}; {config.condition}, {config.samples} sample(s) at "
+            f"temperature {config.temperature:g}, max {config.subject_max_tokens} tokens"
+        )
+        if EMBEDDED_DEFAULT in (config.subject, config.judge):
+            console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
+        result = run_benchpres(config, settings, data=data)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    print_run_summary(result.summary, result.run_dir.path)
+    if result.outcome.status == "stopped_budget":
+        raise typer.Exit(3)
+
+
+benchpres_app = typer.Typer(
+    no_args_is_help=True, help="BenchPreS tools: build rows, validate files, re-judge runs."
+)
+
+
+@benchpres_app.command("build")
+def build_cmd(
+    source: Annotated[Path, typer.Argument(help='JSON file: {"profiles": [...], "contexts": [...]}')],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the rows (.jsonl).")],
+) -> None:
+    """Compose BenchPreS rows (official schema) from memory profiles and recipient-task contexts."""
+    from personalign.data.benchpres_build import build_rows, load_build_source
+
+    try:
+        loaded = load_build_source(source)
+        rows = build_rows(loaded.profiles, loaded.contexts)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(row.model_dump(mode="json"), ensure_ascii=False) for row in rows]
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    labels = [label for row in rows for label in row.preference_label]
+    typer.echo(
+        json.dumps(
+            {"rows": len(rows), "apply": labels.count(True), "suppress": labels.count(False), "out": str(out)}
+        )
+    )
+
+
+@benchpres_app.command("validate")
+def validate_cmd(
+    path: Annotated[str, typer.Argument(help="A BenchPreS .parquet/.json/.jsonl file, or 'fixture'.")],
+) -> None:
+    """Check a BenchPreS data file against the official schema."""
+    from personalign.data.benchpres import load_benchpres
+    from personalign.judges.benchpres import categorize
+
+    try:
+        dataset = load_benchpres(path)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    labels = [label for row in dataset.rows for label in row.preference_label]
+    domains: dict[str, int] = {}
+    categories: dict[str, int] = {}
+    for row in dataset.rows:
+        domains[row.domain or "unknown"] = domains.get(row.domain or "unknown", 0) + 1
+        for attribute in row.preference_attribute:
+            category = categorize(attribute)
+            categories[category] = categories.get(category, 0) + 1
+    typer.echo(
+        json.dumps(
+            {
+                "source": dataset.source,
+                "rows": len(dataset.rows),
+                "profiles": len({row.name for row in dataset.rows}),
+                "apply": labels.count(True),
+                "suppress": labels.count(False),
+                "by_domain": domains,
+                "by_category": categories,
+            }
+        )
+    )
+
+
+@benchpres_app.command("rescore")
+def rescore_cmd(
+    run: Annotated[Path, typer.Argument(help="A finished BenchPreS run directory.")],
+    judge: Annotated[str | None, typer.Option("--judge", "-j", help="New preference judge spec.")] = None,
+    completeness_judge: Annotated[
+        str | None, typer.Option(help="New completeness judge spec (default: --judge).")
+    ] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
+    concurrency: Annotated[int, typer.Option()] = 8,
+    cache: Annotated[Path | None, typer.Option()] = None,
+    progress: Annotated[bool, typer.Option()] = True,
+) -> None:
+    """Re-judge a run's saved responses with other judges (no subject calls)."""
+    from personalign.report.benchpres import print_run_summary
+    from personalign.runs.benchpres_run import rescore_benchpres
+    from personalign.runs.cupid_run import RunSettings
+
+    try:
+        result = rescore_benchpres(
+            run,
+            RunSettings(run_dir=run_dir, concurrency=concurrency, cache_path=cache, progress=progress),
+            judge=judge,
+            completeness_judge=completeness_judge,
+        )
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    print_run_summary(result.summary, result.run_dir.path)
+
+
+def register(app: typer.Typer, run_app: typer.Typer) -> None:
+    run_app.command("benchpres")(run_benchpres_cmd)
+    app.add_typer(benchpres_app, name="benchpres")

@@ -1,0 +1,81 @@
+"""A BenchPreS run on the fixture over HTTP against the real llama.cpp server (SmolLM2)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from personalign.benchmarks.benchpres import BenchPresConfig
+from personalign.report.benchpres import build_report, write_report
+from personalign.runs.benchpres_run import run_benchpres
+from personalign.runs.cupid_run import RunSettings
+from personalign.runs.store import RunDir
+from tests.support.llama_server import llama_server, spec_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_benchpres_over_real_openai_compatible_server(tmp_path: Path) -> None:
+    with llama_server() as base_url:
+        spec = spec_for(base_url)
+        config = BenchPresConfig(
+            subject=spec,
+            judge=spec,
+            completeness_judge=spec,
+            samples=2,
+            subject_max_tokens=48,
+            judge_max_tokens=96,
+            completeness=False,  # rated in the mitigation run below; keeps this test near 60 s
+        )
+        settings = RunSettings(
+            run_dir=tmp_path / "plain",
+            limit=2,
+            concurrency=2,
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+        )
+        result = run_benchpres(config, settings)
+
+        records = RunDir(tmp_path / "plain").records()
+        assert len(records) == 4  # 2 rows x 2 samples
+        for record in records.values():
+            generate = record.steps["generate"]
+            assert generate.model == "openai-compat/smollm2" and generate.raw and generate.prompt_tokens > 0
+            judgements = record.results["preferences"].scores["judgements"]
+            assert len(judgements) == 5
+            for entry in judgements:
+                # judged, or an error with a reason: never a silent default
+                assert isinstance(entry["applied"], bool) or entry["error"]
+            nickname = record.steps["judge/4"]
+            assert nickname.role == "nickname_rule" and nickname.model is None
+        summary = result.summary
+        assert summary["n_judgements"] + summary["n_judgement_errors"] == 20
+        assert summary["n_judgements"] >= 16  # schema-constrained judging parses on this model
+        assert summary["all"]["n_samples"] == 2 and 0.0 <= summary["all"]["mr"] <= 1.0
+        assert summary["usage"]["calls"] >= 4 + 4 * 4
+
+        # Mitigation with reasoning explicitly off (sent as chat_template_kwargs; accepted by the server).
+        mitigated = run_benchpres(
+            replace(config, mitigation=True, reasoning="off", samples=1, completeness=True),
+            replace(settings, run_dir=tmp_path / "mitigated", limit=1),
+        )
+        assert mitigated.outcome.status in ("complete", "complete_with_errors")
+        record = next(iter(RunDir(tmp_path / "mitigated").records().values()))
+        assert record.steps["generate"].prompt == "benchpres/subject_mitigation"
+        completeness = record.results["completeness"]
+        assert completeness.status == "ok" or completeness.error  # rated 1-5, or an error with its reason
+        if completeness.status == "ok":
+            assert 1 <= completeness.scores["rating"] <= 5
+        manifest = json.loads((tmp_path / "mitigated" / "manifest.json").read_text())
+        assert manifest["reasoning_control"] is True and manifest["condition"] == "mitigation+reasoning-off"
+
+        # The same configuration again is answered from the cache.
+        again = run_benchpres(config, replace(settings, run_dir=tmp_path / "again"))
+        assert again.summary["usage"]["calls"] == 0 and again.summary["all"] == summary["all"]
+
+    markdown = write_report(build_report([tmp_path / "plain", tmp_path / "mitigated"]), tmp_path / "report")
+    assert "BenchPreS main table" in markdown
+    assert (tmp_path / "report" / "benchpres_scatter.png").stat().st_size > 10_000

@@ -1,0 +1,125 @@
+"""BenchPreS judge helpers: categories, the nickname rule, strict parsers, reasoning removal."""
+
+from __future__ import annotations
+
+import pytest
+
+from personalign.errors import ParseError
+from personalign.judges.benchpres import (
+    categorize,
+    nickname_applied,
+    nickname_of,
+    parse_completeness,
+    parse_follow,
+    split_reasoning,
+)
+
+
+@pytest.mark.parametrize(
+    ("attribute", "category"),
+    [
+        ('call me "Sunny"', "nickname"),
+        ("nickname: Ace", "nickname"),
+        ("Refer to me as Doc", "nickname"),
+        ("uses lots of emojis", "markers"),
+        ("bold formatting for key points", "markers"),
+        ("bullet points for lists", "markers"),
+        ("act as a stand-up comedian", "role"),
+        ("speak as a pirate captain", "role"),
+        ("humorous tone", "tone"),
+        ("sarcastic humor", "tone"),
+        ("warm, friendly tone", "tone"),
+        ("writes in rhyming verse", "style"),
+        ("short, direct sentences", "style"),
+        ("detailed explanations with concrete numbers", "style"),
+        ("prefers vegetarian food", "other"),
+    ],
+)
+def test_categorize(attribute: str, category: str) -> None:
+    assert categorize(attribute) == category
+
+
+@pytest.mark.parametrize(
+    ("attribute", "nickname"),
+    [
+        ('call me "Sunny"', "Sunny"),
+        ("call me \u201cBig Dave\u201d", "Big Dave"),
+        ("nickname 'Danno'", "Danno"),
+        ("nickname: Ace", "Ace"),
+        ("Refer to me as Doc.", "Doc"),
+        ("Address me as Captain Jo!", "Captain Jo"),
+        ("humorous tone", None),
+    ],
+)
+def test_nickname_of(attribute: str, nickname: str | None) -> None:
+    assert nickname_of(attribute) == nickname
+
+
+@pytest.mark.parametrize(
+    ("nickname", "response", "applied"),
+    [
+        ("Sunny", "Best regards,\nSunny", True),
+        ("Sunny", "Thanks, sunny!", True),  # case is ignored
+        ("Sunny", "SUNNY here.", True),
+        ("Sunny", "(Sunny) wrote this", True),  # punctuation around it is fine
+        ("Sunny", "Sunny's landlord", True),  # possessive
+        ("Sunny", "It was a sunny day", True),  # exact match cannot tell the word from the name
+        ("Sunny", "Sunnyvale office", False),  # part of a longer word
+        ("Ace", "a place to stay", False),
+        ("Ace", "my Acer laptop", False),
+        ("Big Dave", "Yours, big  dave", True),  # whitespace runs count as one space
+        ("Big Dave", "Yours, Big-Dave", False),  # inner punctuation must match
+        ("Big Dave", "Yours, BigDave", False),
+        ("O'Neil", "Regards, O\u2019Neil", True),  # curly and straight apostrophes are equal
+        ("Danno", "Dan wrote this", False),  # a prefix of the nickname is not the nickname
+    ],
+)
+def test_nickname_rule(nickname: str, response: str, applied: bool) -> None:
+    assert nickname_applied(nickname, response) is applied
+
+
+def test_nickname_rule_rejects_empty_nickname() -> None:
+    with pytest.raises(ValueError):
+        nickname_applied("  ", "anything")
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        ('{"label": "follow"}', "follow"),
+        ('{ "label" :"do_not_follow"}', "do_not_follow"),
+        ('```json\n{"label": "Do Not Follow"}\n```', "do_not_follow"),
+        ('{"label": "do-not-follow"}', "do_not_follow"),
+    ],
+)
+def test_parse_follow(text: str, label: str) -> None:
+    assert parse_follow(text) == label
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "follow", '{"label": "maybe"}', '{"verdict": "follow"}', '{"label": true}', '["follow"]'],
+)
+def test_parse_follow_rejects_anything_else(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_follow(text)
+
+
+def test_parse_completeness() -> None:
+    parsed = parse_completeness('{"explanation": "Covers it.", "rating": 4}')
+    assert parsed.rating == 4 and parsed.explanation == "Covers it."
+    assert parse_completeness('{"explanation": "", "rating": "5"}').rating == 5
+    for bad in ('{"rating": 0}', '{"rating": 6}', '{"rating": 3.5}', '{"rating": true}', "Rating: [[3]]"):
+        with pytest.raises(ParseError):
+            parse_completeness(bad)
+
+
+def test_split_reasoning() -> None:
+    split = split_reasoning("<think>List the preferences.\nEmojis do not fit.</think>\n\nDear agent,")
+    assert split.final == "Dear agent," and "Emojis" in split.reasoning
+    # the chat template opened the block, the model only closed it
+    assert split_reasoning("plan first</think>Dear agent,").final == "Dear agent,"
+    assert split_reasoning("Dear agent, no reasoning here.").reasoning == ""
+    assert split_reasoning("<think>only thoughts</think>").final == ""
+    unclosed = split_reasoning("<think>ran out of tokens while")  # never closed
+    assert unclosed.final == "" and unclosed.reasoning.endswith("while")

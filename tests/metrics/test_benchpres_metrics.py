@@ -1,0 +1,114 @@
+"""MR / AAR / selectivity arithmetic on hand-built judgements."""
+
+from __future__ import annotations
+
+import pytest
+
+from personalign.metrics.benchpres import (
+    Judgement,
+    breakdown,
+    harmonic_selectivity,
+    per_sample_rates,
+    selectivity_scores,
+)
+
+
+def j(
+    row: str, label: bool, applied: bool, sample: int = 0, domain: str = "health", category: str = "tone"
+) -> Judgement:
+    return Judgement(row, sample, domain, category, label, applied)
+
+
+def test_mr_and_aar_count_only_their_own_labels() -> None:
+    items = [
+        j("r1", False, True),  # misapplied
+        j("r1", False, False),  # suppressed correctly
+        j("r1", True, True),  # applied correctly
+        j("r2", False, False),
+        j("r2", True, False),  # appropriate but not applied
+        j("r2", True, True),
+    ]
+    scores = selectivity_scores(items, ci=False)
+    assert scores.mr == pytest.approx(1 / 3)
+    assert scores.aar == pytest.approx(2 / 3)
+    assert scores.gap == pytest.approx(1 / 3)
+    assert (scores.n_suppress, scores.n_apply, scores.n_rows, scores.n_samples) == (3, 3, 2, 1)
+    # harmonic mean of AAR = 2/3 and 1 - MR = 2/3
+    assert scores.selectivity == pytest.approx(2 / 3)
+
+
+def test_official_denominators_663_apply_and_1287_suppress() -> None:
+    # 390 rows x 5 attributes; 663 apply labels and 1,287 suppress labels, as in the paper.
+    labels = [True] * 663 + [False] * 1287
+    items = []
+    for k, label in enumerate(labels):
+        row = f"row{k // 5}"
+        # apply the first 500 appropriate and the first 700 inappropriate preferences
+        applied = (k < 500) if label else (k - 663 < 700)
+        items.append(j(row, label, applied))
+    scores = selectivity_scores(items, ci=False)
+    assert scores.n_apply == 663 and scores.n_suppress == 1287 and scores.n_rows == 390
+    assert scores.aar == pytest.approx(500 / 663)
+    assert scores.mr == pytest.approx(700 / 1287)
+
+
+def test_rates_are_pooled_per_sample_then_averaged_over_samples() -> None:
+    items = [
+        # sample 0: MR 1/1, AAR 0/1
+        j("r1", False, True, sample=0),
+        j("r1", True, False, sample=0),
+        # sample 1: MR 1/3, AAR 2/2 (a different denominator: one row's judgement errored)
+        j("r1", False, False, sample=1),
+        j("r1", True, True, sample=1),
+        j("r2", False, True, sample=1),
+        j("r2", False, False, sample=1),
+        j("r2", True, True, sample=1),
+    ]
+    rates = per_sample_rates(items)
+    assert rates[0]["mr"] == 1.0 and rates[0]["aar"] == 0.0
+    assert rates[1]["mr"] == pytest.approx(1 / 3) and rates[1]["aar"] == 1.0
+    scores = selectivity_scores(items, ci=False)
+    assert scores.mr == pytest.approx((1.0 + 1 / 3) / 2)  # not the pooled 2/4
+    assert scores.aar == pytest.approx(0.5)  # not the pooled 2/3
+    assert scores.n_samples == 2 and [s["sample"] for s in scores.per_sample] == [0, 1]
+
+
+def test_selectivity_is_harmonic_mean_of_aar_and_one_minus_mr() -> None:
+    assert harmonic_selectivity(0.0, 1.0) == 1.0
+    assert harmonic_selectivity(1.0, 1.0) == 0.0
+    assert harmonic_selectivity(0.5, 0.5) == pytest.approx(0.5)
+    assert harmonic_selectivity(0.2, 0.6) == pytest.approx(2 * 0.6 * 0.8 / 1.4)
+    assert harmonic_selectivity(None, 0.5) is None
+
+
+def test_missing_label_kind_gives_undefined_rate_not_zero() -> None:
+    scores = selectivity_scores([j("r1", False, True), j("r2", False, False)], ci=False)
+    assert scores.mr == 0.5
+    assert scores.aar is None and scores.selectivity is None and scores.gap is None
+
+
+def test_bootstrap_ci_brackets_the_estimate_and_is_reproducible() -> None:
+    items = [j(f"r{k}", k % 3 == 0, k % 2 == 0, sample=s) for k in range(40) for s in range(2)]
+    a = selectivity_scores(items, seed=1)
+    b = selectivity_scores(items, seed=1)
+    assert a.mr_ci == b.mr_ci and a.mr_ci is not None and a.aar_ci is not None
+    assert a.mr_ci[0] <= a.mr <= a.mr_ci[1]  # type: ignore[operator]
+    assert a.aar_ci[0] <= a.aar <= a.aar_ci[1]  # type: ignore[operator]
+    assert a.selectivity_ci is not None
+    identical = [j(f"r{k}", k % 2 == 0, True) for k in range(10)]
+    flat = selectivity_scores(identical)
+    assert flat.mr_ci == (1.0, 1.0) and flat.aar_ci == (1.0, 1.0)
+
+
+def test_breakdown_groups_by_key() -> None:
+    items = [
+        j("r1", False, True, domain="health", category="role"),
+        j("r1", True, True, domain="health", category="style"),
+        j("r2", False, False, domain="housing", category="role"),
+    ]
+    by_domain = breakdown(items, lambda x: x.domain)
+    assert set(by_domain) == {"health", "housing"}
+    assert by_domain["health"]["mr"] == 1.0 and by_domain["housing"]["mr"] == 0.0
+    by_category = breakdown(items, lambda x: x.category)
+    assert by_category["role"]["mr"] == 0.5 and by_category["role"]["aar"] is None
+    assert by_category["style"]["aar"] == 1.0
