@@ -116,7 +116,7 @@ EXPECTED_MESSAGE = {
 @pytest.mark.parametrize("fault", TRANSIENT)
 def test_transient_fault_is_retried_until_an_attempt_succeeds(tmp_path: Path, fault: str) -> None:
     with StubServer(faults=FaultPlan(sequence=[fault, fault], hang_seconds=5)) as srv:
-        factory, model = open_model(srv, tmp_path, timeout=0.3)
+        factory, model = open_model(srv, tmp_path, timeout=1.0)
         completion = run(factory, model.complete(PROMPT))
         assert srv.stats.requests == 3 and srv.stats.outcomes == {fault: 2, "ok": 1}
     assert completion.attempts == 3 and completion.text.startswith("Here is a response")
@@ -126,7 +126,7 @@ def test_transient_fault_is_retried_until_an_attempt_succeeds(tmp_path: Path, fa
 @pytest.mark.parametrize("fault", TRANSIENT)
 def test_persistent_fault_raises_a_retryable_error(tmp_path: Path, fault: str) -> None:
     with StubServer(faults=FaultPlan(rates={fault: 1.0}, hang_seconds=5)) as srv:
-        factory, model = open_model(srv, tmp_path, timeout=0.3, max_retries=2)
+        factory, model = open_model(srv, tmp_path, timeout=1.0, max_retries=2)
         with pytest.raises(ModelCallError) as info:
             run(factory, model.complete(PROMPT))
         assert srv.stats.requests == 3 and srv.stats.outcomes == {fault: 3}
