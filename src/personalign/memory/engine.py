@@ -1,0 +1,183 @@
+"""`MemoryEngine`: record conversations, retrieve what matters for a new request, render a memory block.
+
+The engine owns a :class:`MemoryStore` and one :class:`UserIndex` per user it has searched. Without an
+extraction model it indexes raw sessions; with one (see :mod:`personalign.memory.extract`) it also
+keeps contextual memories, the newest per context, and can decide which ones to apply in a given
+communication context (see :mod:`personalign.memory.select`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from personalign.errors import ConfigError
+from personalign.memory.entities import entity_keys
+from personalign.memory.index import CHANNELS, UserIndex, dense_text
+from personalign.memory.store import Limits, MemoryStore, validate_messages
+from personalign.memory.types import MemoryRecord, RetrievedItem, StoredSession, Turn
+from personalign.retrieval import Embedder, load_embedder
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How a request is matched against a user's history."""
+
+    k_sessions: int = 3
+    k_memories: int = 8
+    channels: tuple[str, ...] = CHANNELS
+    depth: int = 50  # candidates taken from each channel before fusion
+
+    def __post_init__(self) -> None:
+        unknown = set(self.channels) - set(CHANNELS)
+        if unknown or not self.channels:
+            raise ConfigError(f"unknown retrieval channels {sorted(unknown)} (known: {', '.join(CHANNELS)})")
+        if self.k_sessions < 0 or self.k_memories < 0:
+            raise ConfigError("k_sessions and k_memories must be >= 0")
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What :meth:`MemoryEngine.retrieve` found for one request."""
+
+    user_id: str
+    query: str
+    sessions: list[RetrievedItem] = field(default_factory=list)
+    memories: list[RetrievedItem] = field(default_factory=list)
+    matched_factor: bool = False  # the request named a context factor of a stored memory
+
+
+class MemoryEngine:
+    """The personalization memory engine over one store file.
+
+    ``embedder``: an :class:`~personalign.retrieval.Embedder`, a spec for
+    :func:`~personalign.retrieval.load_embedder` (default ``minilm``, offline), or None for no dense
+    channel. Embeddings are computed when a session is added and cached in the store.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore | str | Path,
+        *,
+        embedder: Embedder | str | None = "minilm",
+        config: RetrievalConfig | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.store = (
+            store if isinstance(store, MemoryStore) else MemoryStore(store, limits=limits or Limits())
+        )
+        self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
+        self.config = config or RetrievalConfig()
+        self._indexes: dict[str, UserIndex] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.store.close()
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def add_user(self, user_id: str) -> None:
+        self.store.add_user(user_id)
+
+    def add_session(
+        self,
+        user_id: str,
+        messages: Sequence[Any],
+        *,
+        timestamp: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> int:
+        """Record one conversation (a list of role/content messages); return its store id.
+
+        The session, its turns and its embedding land in one transaction. Extraction, if used,
+        runs later (:func:`personalign.memory.extract.extract_pending`), off the request path.
+        """
+        vectors = {}
+        if self.embedder is not None:
+            source = f"user {user_id!r} session {session_id!r}"
+            pairs = validate_messages(messages, source=source, limits=self.store.limits)
+            probe = StoredSession(
+                0, user_id, None, 0.0, 0, {}, tuple(Turn(i, r, c) for i, (r, c) in enumerate(pairs))
+            )
+            vectors[self.embedder.name] = self.embedder.encode([dense_text(probe)])[0]
+        return self.store.add_session(
+            user_id, messages, timestamp=timestamp, metadata=metadata, external_id=session_id, vectors=vectors
+        )
+
+    def add_memory(self, user_id: str, content: str, **fields: Any) -> MemoryRecord:
+        """Store a memory directly (e.g. a statement the user gave); see :meth:`MemoryStore.add_memory`."""
+        return self.store.add_memory(user_id, content, **fields)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def _index(self, user_id: str) -> UserIndex:
+        with self._lock:
+            index = self._indexes.get(user_id)
+            if index is None:
+                index = self._indexes[user_id] = UserIndex(self.store, user_id, self.embedder)
+            index.refresh()
+            return index
+
+    def retrieve(
+        self,
+        user_id: str,
+        request: str,
+        *,
+        k_sessions: int | None = None,
+        k_memories: int | None = None,
+        include_history: bool = False,
+        include_superseded: bool = False,
+    ) -> Retrieval:
+        """Sessions and memories relevant to ``request``, best first.
+
+        Memories: only the newest per context unless ``include_superseded``; ``include_history``
+        attaches each returned memory's change history (older versions of the same context).
+        """
+        cfg = self.config
+        index = self._index(user_id)
+        ks = cfg.k_sessions if k_sessions is None else k_sessions
+        km = cfg.k_memories if k_memories is None else k_memories
+        qvec = None
+        if self.embedder is not None and "dense" in cfg.channels and (index.sessions or index.memories):
+            qvec = self.embedder.encode([request])[0]
+        keys = entity_keys(request)
+        sessions = (
+            [
+                RetrievedItem("session", score, session=index.sessions[i], ranks=ranks)
+                for i, score, ranks in index.search_sessions(
+                    request, ks, qvec=qvec, request_keys=keys, channels=cfg.channels, depth=cfg.depth
+                )
+            ]
+            if ks
+            else []
+        )
+        memories: list[RetrievedItem] = []
+        matched = False
+        if km and index.memories:
+            hits, matched = index.search_memories(
+                request,
+                km,
+                qvec=qvec,
+                request_keys=keys,
+                include_superseded=include_superseded,
+                channels=cfg.channels,
+            )
+            for i, score, ranks in hits:
+                memory = index.memories[i]
+                history: tuple[MemoryRecord, ...] = ()
+                if include_history:
+                    history = tuple(
+                        m for m in self.store.memory_chain(user_id, memory.id) if m.id != memory.id
+                    )
+                memories.append(RetrievedItem("memory", score, memory=memory, ranks=ranks, history=history))
+        return Retrieval(user_id, request, sessions, memories, matched)
+
+    def sessions(self, user_id: str) -> list[StoredSession]:
+        return self.store.sessions(user_id)
+
+    def memories(self, user_id: str, *, include_superseded: bool = False) -> list[MemoryRecord]:
+        return self.store.memories(user_id, include_superseded=include_superseded)

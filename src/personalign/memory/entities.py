@@ -1,0 +1,87 @@
+"""Exact context-factor matching: named entities found without a model, compared by content words.
+
+Without an extraction model the engine still knows the capitalised names a user mentions ("Professor
+Ines Okafor", "Brookfield High Parent-Teacher Association"). A request matches a stored unit when one
+of the request's names (or a memory's context factor) is contained word for word in the other side;
+"Brookfield Science Olympiad Team" never matches "Brookfield High Parent-Teacher Association".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from personalign.retrieval.lexical import tokenize
+
+# Capitalised words (with inner hyphens/apostrophes), optionally joined by short lowercase connectors.
+_CAP = r"[A-Z][\w'’-]*"
+_SPAN = re.compile(rf"{_CAP}(?:\s+(?:(?:of|the|for|de|la|van|von)\s+)?{_CAP})*")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|[\"“(]\s*)$")
+# Capitalised words that are not names when they stand alone.
+_COMMON_TEXT = """
+    can could would should will please thanks thank hi hello hey yes no okay ok sure great also but so
+    here there this that these those what when where which who why how our my your their its we they he she
+    let let's i'm i've i'd i'll it's that's monday tuesday wednesday thursday friday saturday sunday
+    january february march april may june july august september october november december ai"""
+_COMMON = frozenset(_COMMON_TEXT.split())
+
+
+def entity_spans(text: str) -> list[str]:
+    """Capitalised name spans in ``text``; a lone capitalised word counts only mid-sentence."""
+    spans: list[str] = []
+    for match in _SPAN.finditer(text):
+        span = match.group(0)
+        words = span.split()
+        at_start = bool(_SENTENCE_START.search(text[: match.start()]))
+        if len(words) == 1 and (at_start or span.lower() in _COMMON):
+            continue
+        if at_start and words[0].lower() in _COMMON:
+            words = words[1:]
+            if len(words) < 2 and (not words or words[0].lower() in _COMMON):
+                continue
+            span = " ".join(words)
+        if tokenize(span):
+            spans.append(span)
+    return spans
+
+
+def entity_keys(text: str) -> frozenset[frozenset[str]]:
+    """The content-word sets of the names in ``text``."""
+    return frozenset(frozenset(tokenize(s)) for s in entity_spans(text) if tokenize(s))
+
+
+def factor_matches(factor_words: frozenset[str], request_words: frozenset[str]) -> bool:
+    """A context factor applies to a request when all of its content words occur in the request."""
+    return bool(factor_words) and factor_words <= request_words
+
+
+class EntityIndex:
+    """Which units mention which names, for exact lookups by a request's names."""
+
+    def __init__(self) -> None:
+        self._units: list[frozenset[frozenset[str]]] = []
+        self._by_word: dict[str, set[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def add(self, keys_per_unit: Iterable[frozenset[frozenset[str]]]) -> None:
+        for keys in keys_per_unit:
+            position = len(self._units)
+            self._units.append(keys)
+            for key in keys:
+                for word in key:
+                    self._by_word.setdefault(word, set()).add(position)
+
+    def matches(self, request_keys: Iterable[frozenset[str]]) -> set[int]:
+        """Units naming one of the request's names: the request's name is contained in the unit's, or
+        the unit's multi-word name is contained in the request's."""
+        found: set[int] = set()
+        for q in request_keys:
+            candidates: set[int] = set()
+            for word in q:
+                candidates |= self._by_word.get(word, set())
+            for unit in candidates:
+                if any(q <= key or (len(key) >= 2 and key <= q) for key in self._units[unit]):
+                    found.add(unit)
+        return found
