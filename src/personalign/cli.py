@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from personalign.cli_memory import register as register_memory
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 
@@ -190,6 +191,9 @@ def validate(
     for instance in dataset.instances:
         counts[instance.instance_type] = counts.get(instance.instance_type, 0) + 1
     typer.echo(json.dumps({"source": dataset.source, "instances": len(dataset.instances), "by_type": counts}))
+
+
+register_memory(app, run_app)
 
 
 def main() -> None:

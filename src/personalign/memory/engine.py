@@ -30,6 +30,8 @@ class RetrievalConfig:
     k_memories: int = 8
     channels: tuple[str, ...] = CHANNELS
     depth: int = 50  # candidates taken from each channel before fusion
+    # Sessions naming the request's context lead, newest first (the newest preference wins).
+    context_first: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.channels) - set(CHANNELS)
@@ -149,7 +151,13 @@ class MemoryEngine:
             [
                 RetrievedItem("session", score, session=index.sessions[i], ranks=ranks)
                 for i, score, ranks in index.search_sessions(
-                    request, ks, qvec=qvec, request_keys=keys, channels=cfg.channels, depth=cfg.depth
+                    request,
+                    ks,
+                    qvec=qvec,
+                    request_keys=keys,
+                    channels=cfg.channels,
+                    depth=cfg.depth,
+                    context_first=cfg.context_first,
                 )
             ]
             if ks

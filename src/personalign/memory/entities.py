@@ -73,15 +73,18 @@ class EntityIndex:
                 for word in key:
                     self._by_word.setdefault(word, set()).add(position)
 
-    def matches(self, request_keys: Iterable[frozenset[str]]) -> set[int]:
-        """Units naming one of the request's names: the request's name is contained in the unit's, or
-        the unit's multi-word name is contained in the request's."""
-        found: set[int] = set()
+    def matches(self, request_keys: Iterable[frozenset[str]]) -> dict[int, int]:
+        """Units naming the request's names, with how many of them each names.
+
+        A unit names a request's name when that name is contained in one of the unit's names, or one
+        of the unit's multi-word names is contained in it.
+        """
+        found: dict[int, int] = {}
         for q in request_keys:
             candidates: set[int] = set()
             for word in q:
                 candidates |= self._by_word.get(word, set())
             for unit in candidates:
                 if any(q <= key or (len(key) >= 2 and key <= q) for key in self._units[unit]):
-                    found.add(unit)
+                    found[unit] = found.get(unit, 0) + 1
         return found
