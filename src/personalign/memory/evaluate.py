@@ -107,7 +107,7 @@ def retrieve_positions(engine: MemoryEngine, instance: CupidInstance, method: st
         return list(range(n - 1, max(-1, n - 1 - k), -1))
     engine.config = _method_config(method, k)
     found = engine.retrieve(instance.id, instance.current_request)
-    return [int(item.session.metadata["position"]) for item in found.sessions if item.session]
+    return [int(str(item.session.metadata["position"])) for item in found.sessions if item.session]
 
 
 def load_instances(engine: MemoryEngine, instances: Sequence[CupidInstance]) -> None:
