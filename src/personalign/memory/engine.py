@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from personalign.errors import ConfigError
 from personalign.memory.entities import entity_keys
 from personalign.memory.index import CHANNELS, UserIndex, dense_text
@@ -133,18 +136,25 @@ class MemoryEngine:
         k_memories: int | None = None,
         include_history: bool = False,
         include_superseded: bool = False,
+        query_vector: npt.NDArray[np.float32] | None = None,
     ) -> Retrieval:
         """Sessions and memories relevant to ``request``, best first.
 
         Memories: only the newest per context unless ``include_superseded``; ``include_history``
         attaches each returned memory's change history (older versions of the same context).
+        ``query_vector``: the request already encoded by the engine's embedder (saves the encoding).
         """
         cfg = self.config
         index = self._index(user_id)
         ks = cfg.k_sessions if k_sessions is None else k_sessions
         km = cfg.k_memories if k_memories is None else k_memories
-        qvec = None
-        if self.embedder is not None and "dense" in cfg.channels and (index.sessions or index.memories):
+        qvec = query_vector
+        if (
+            qvec is None
+            and self.embedder is not None
+            and "dense" in cfg.channels
+            and (index.sessions or index.memories)
+        ):
             qvec = self.embedder.encode([request])[0]
         keys = entity_keys(request)
         sessions = (

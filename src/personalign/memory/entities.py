@@ -8,6 +8,7 @@ of the request's names (or a memory's context factor) is contained word for word
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 
@@ -61,6 +62,7 @@ class EntityIndex:
     def __init__(self) -> None:
         self._units: list[frozenset[frozenset[str]]] = []
         self._by_word: dict[str, set[int]] = {}
+        self._by_key: dict[frozenset[str], set[int]] = {}
 
     def __len__(self) -> int:
         return len(self._units)
@@ -70,6 +72,7 @@ class EntityIndex:
             position = len(self._units)
             self._units.append(keys)
             for key in keys:
+                self._by_key.setdefault(key, set()).add(position)
                 for word in key:
                     self._by_word.setdefault(word, set()).add(position)
 
@@ -81,10 +84,18 @@ class EntityIndex:
         """
         found: dict[int, int] = {}
         for q in request_keys:
-            candidates: set[int] = set()
-            for word in q:
-                candidates |= self._by_word.get(word, set())
-            for unit in candidates:
-                if any(q <= key or (len(key) >= 2 and key <= q) for key in self._units[unit]):
-                    found[unit] = found.get(unit, 0) + 1
+            units: set[int] = set()
+            # the request's name inside a unit's name: units holding every word of it
+            posting = sorted((self._by_word.get(w, set()) for w in q), key=len)
+            if posting and posting[0]:
+                common = set(posting[0]).intersection(*posting[1:])
+                units |= {u for u in common if any(q <= key for key in self._units[u])}
+            # a unit's multi-word name inside the request's name (names are short: few subsets)
+            words = sorted(q)
+            if 2 <= len(words) <= 8:
+                for size in range(2, len(words) + 1):
+                    for subset in itertools.combinations(words, size):
+                        units |= self._by_key.get(frozenset(subset), set())
+            for unit in units:
+                found[unit] = found.get(unit, 0) + 1
         return found
