@@ -6,13 +6,20 @@ Quick use::
     engine.add_user("ana")
     engine.add_session("ana", [{"role": "user", "content": "..."}, ...])
     found = engine.retrieve("ana", "Draft the update for Professor Okafor")
-    block = render_memory_block(found)
+    block = asyncio.run(engine.personalize("ana", "Draft the update for Professor Okafor")).text
 
 See docs/memory.md for the full API.
 """
 
-from personalign.memory.engine import MemoryEngine, Retrieval, RetrievalConfig
+from personalign.memory.engine import MemoryBlock, MemoryEngine, Retrieval, RetrievalConfig
+from personalign.memory.extract import BackgroundExtractor, ExtractionReport, extract_pending
+from personalign.memory.select import SelectionPolicy, render_memory_block, select_memories
 from personalign.memory.store import Limits, MemoryStore, UnknownUserError, factor_key
+from personalign.memory.strategy import (
+    retrieve_sessions,
+    sessions_memory_block,
+    statements_memory_block,
+)
 from personalign.memory.types import (
     CommunicationContext,
     MemoryRecord,
@@ -23,8 +30,11 @@ from personalign.memory.types import (
 )
 
 __all__ = [
+    "BackgroundExtractor",
     "CommunicationContext",
+    "ExtractionReport",
     "Limits",
+    "MemoryBlock",
     "MemoryEngine",
     "MemoryRecord",
     "MemoryStore",
@@ -32,8 +42,15 @@ __all__ = [
     "RetrievalConfig",
     "RetrievedItem",
     "SelectionDecision",
+    "SelectionPolicy",
     "StoredSession",
     "Turn",
     "UnknownUserError",
+    "extract_pending",
     "factor_key",
+    "render_memory_block",
+    "retrieve_sessions",
+    "select_memories",
+    "sessions_memory_block",
+    "statements_memory_block",
 ]

@@ -18,10 +18,25 @@ import numpy as np
 import numpy.typing as npt
 
 from personalign.errors import ConfigError
+from personalign.llm import Model
 from personalign.memory.entities import entity_keys
 from personalign.memory.index import CHANNELS, UserIndex, dense_text
+from personalign.memory.select import (
+    SelectionPolicy,
+    applied,
+    memories_of,
+    render_memory_block,
+    select_memories,
+)
 from personalign.memory.store import Limits, MemoryStore, validate_messages
-from personalign.memory.types import MemoryRecord, RetrievedItem, StoredSession, Turn
+from personalign.memory.types import (
+    CommunicationContext,
+    MemoryRecord,
+    RetrievedItem,
+    SelectionDecision,
+    StoredSession,
+    Turn,
+)
 from personalign.retrieval import Embedder, load_embedder
 
 
@@ -53,6 +68,15 @@ class Retrieval:
     sessions: list[RetrievedItem] = field(default_factory=list)
     memories: list[RetrievedItem] = field(default_factory=list)
     matched_factor: bool = False  # the request named a context factor of a stored memory
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """The rendered block for the subject's prompt, with what was retrieved and each decision."""
+
+    text: str
+    retrieval: Retrieval
+    decisions: list[SelectionDecision]
 
 
 class MemoryEngine:
@@ -193,6 +217,32 @@ class MemoryEngine:
                     )
                 memories.append(RetrievedItem("memory", score, memory=memory, ranks=ranks, history=history))
         return Retrieval(user_id, request, sessions, memories, matched)
+
+    async def personalize(
+        self,
+        user_id: str,
+        request: str,
+        context: CommunicationContext | None = None,
+        *,
+        judge: Model | None = None,
+        policy: SelectionPolicy | None = None,
+        with_sessions: bool | None = None,
+    ) -> MemoryBlock:
+        """Retrieve for ``request``, decide which memories apply in ``context``, render the block.
+
+        Sessions are shown when the user has no memories yet (no extraction ran), or when
+        ``with_sessions`` says so.
+        """
+        found = self.retrieve(user_id, request)
+        decisions = await select_memories(
+            memories_of(found.memories), context or CommunicationContext(), judge=judge, policy=policy
+        )
+        show_sessions = not found.memories if with_sessions is None else with_sessions
+        text = render_memory_block(
+            memories=applied(decisions),
+            sessions=[s.session for s in found.sessions if s.session] if show_sessions else (),
+        )
+        return MemoryBlock(text, found, decisions)
 
     def sessions(self, user_id: str) -> list[StoredSession]:
         return self.store.sessions(user_id)
