@@ -49,7 +49,7 @@ def run_cupid_cmd(
         str, typer.Option(help="inference (the paper's default) | generation | both")
     ] = "inference",
     context: Annotated[
-        str, typer.Option(help="full | oracle | oracle-factor | summaries | gold-preference")
+        str, typer.Option(help="full | oracle | oracle-factor | summaries | gold-preference | memory")
     ] = "full",
     instance_type: Annotated[
         list[str] | None,

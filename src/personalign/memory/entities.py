@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from personalign.retrieval.lexical import tokenize
 
@@ -46,9 +46,10 @@ def entity_spans(text: str) -> list[str]:
     return spans
 
 
-def entity_keys(text: str) -> frozenset[frozenset[str]]:
-    """The content-word sets of the names in ``text``."""
-    return frozenset(frozenset(tokenize(s)) for s in entity_spans(text) if tokenize(s))
+def entity_keys(text: str) -> tuple[frozenset[str], ...]:
+    """The content-word sets of the names in ``text``, in order of first mention, without repeats."""
+    keys = (frozenset(tokenize(s)) for s in entity_spans(text))
+    return tuple(dict.fromkeys(k for k in keys if k))
 
 
 def factor_matches(factor_words: frozenset[str], request_words: frozenset[str]) -> bool:
@@ -67,8 +68,9 @@ class EntityIndex:
     def __len__(self) -> int:
         return len(self._units)
 
-    def add(self, keys_per_unit: Iterable[frozenset[frozenset[str]]]) -> None:
-        for keys in keys_per_unit:
+    def add(self, keys_per_unit: Iterable[Iterable[frozenset[str]]]) -> None:
+        for unit_keys in keys_per_unit:
+            keys = frozenset(unit_keys)
             position = len(self._units)
             self._units.append(keys)
             for key in keys:
@@ -76,14 +78,15 @@ class EntityIndex:
                 for word in key:
                     self._by_word.setdefault(word, set()).add(position)
 
-    def matches(self, request_keys: Iterable[frozenset[str]]) -> dict[int, int]:
-        """Units naming the request's names, with how many of them each names.
+    def matches(self, request_keys: Sequence[frozenset[str]]) -> dict[int, int]:
+        """Units naming the request's names, each with the position (in ``request_keys``) of the
+        first of those names it names.
 
         A unit names a request's name when that name is contained in one of the unit's names, or one
         of the unit's multi-word names is contained in it.
         """
         found: dict[int, int] = {}
-        for q in request_keys:
+        for order, q in enumerate(request_keys):
             units: set[int] = set()
             # the request's name inside a unit's name: units holding every word of it
             posting = sorted((self._by_word.get(w, set()) for w in q), key=len)
@@ -97,5 +100,5 @@ class EntityIndex:
                     for subset in itertools.combinations(words, size):
                         units |= self._by_key.get(frozenset(subset), set())
             for unit in units:
-                found[unit] = found.get(unit, 0) + 1
+                found.setdefault(unit, order)
         return found

@@ -125,25 +125,26 @@ class UserIndex:
         k: int,
         *,
         qvec: np.ndarray | None,
-        request_keys: frozenset[frozenset[str]],
+        request_keys: Sequence[frozenset[str]],
         channels: Sequence[str] = CHANNELS,
         depth: int = 50,
         context_first: bool = True,
     ) -> list[tuple[int, float, dict[str, int]]]:
         """Top ``k`` session positions as (position, fused score, per-channel 1-based ranks).
 
-        The exact channel lists the sessions naming the request's names (most names first), newest
-        first. With ``context_first`` (and the exact channel on), the sessions naming the most of the
-        request's names lead the result, newest first (the newest preference for a context wins);
-        the rest follow in fused order.
+        The exact channel lists the sessions naming the request's names: by the request's first-named
+        name they mention, then newest first. With ``context_first`` (and the exact channel on), the
+        sessions naming the request's first-mentioned known name (taken as its context) lead the
+        result, newest first, so the newest preference for that context wins; the rest follow in
+        fused order.
         """
         matched = self._s.entities.matches(request_keys)
-        exact = sorted(matched, key=lambda i: (matched[i], _key(self.sessions[i])), reverse=True)
+        exact = sorted(matched, key=lambda i: (-matched[i], _key(self.sessions[i])), reverse=True)
         rankings = self._rankings(self._s, len(self.sessions), query, qvec, exact, depth)
         rankings = {c: r for c, r in rankings.items() if c in channels}
         fused = _fuse(rankings, len(self.sessions))
         if context_first and "exact" in rankings and matched:
-            top = max(matched.values())
+            top = min(matched.values())
             lead = [i for i in exact if matched[i] == top]
             position = {i: n for n, i in enumerate(lead)}
             fused.sort(key=lambda hit: position.get(hit[0], len(position)))
@@ -155,7 +156,7 @@ class UserIndex:
         k: int,
         *,
         qvec: np.ndarray | None,
-        request_keys: frozenset[frozenset[str]],
+        request_keys: Sequence[frozenset[str]],
         include_superseded: bool = False,
         channels: Sequence[str] = CHANNELS,
     ) -> tuple[list[tuple[int, float, dict[str, int]]], bool]:

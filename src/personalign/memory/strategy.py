@@ -12,6 +12,7 @@ Each call builds a throwaway in-memory store, so instances never share memories.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,9 +27,19 @@ from personalign.memory.select import (
     select_memories,
 )
 from personalign.memory.types import CommunicationContext
-from personalign.retrieval import Embedder
+from personalign.retrieval import DEFAULT_EMBEDDER, Embedder, load_embedder
 
 USER = "instance"
+_EMBEDDERS: dict[str, Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def shared_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
+    """One embedder per spec for the whole process (loading MiniLM takes a fraction of a second)."""
+    with _EMBEDDERS_LOCK:
+        if spec not in _EMBEDDERS:
+            _EMBEDDERS[spec] = load_embedder(spec)
+        return _EMBEDDERS[spec]
 
 
 def build_engine(
