@@ -1,0 +1,67 @@
+"""Memory extraction and select/apply with SmolLM2 behind the real llama.cpp OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from personalign.llm import CallCache, ModelFactory
+from personalign.memory import CommunicationContext, MemoryEngine, extract_pending, select_memories
+from personalign.memory.extract import extractor_id
+from tests.support.llama_server import llama_server, spec_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SESSION = [
+    {"role": "user", "content": "Can you draft my progress update for Professor Ines Okafor?"},
+    {"role": "assistant", "content": "Sure: the surveys went well and densities look stable."},
+    {"role": "user", "content": "For Professor Okafor, always lead with the raw kelp counts per transect."},
+]
+
+
+def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with llama_server(n_ctx=4096) as base_url:
+        spec = spec_for(base_url)
+        factory = ModelFactory(cache=CallCache(tmp_path / "cache.sqlite"))
+        model = factory.get(spec)
+        engine = MemoryEngine(tmp_path / "m.sqlite", embedder="hash")
+        engine.add_user("ana")
+        sid = engine.add_session("ana", SESSION, timestamp=1.0)
+
+        async def extract_then_judge() -> tuple[object, list[object]]:
+            report = await extract_pending(engine.store, "ana", model, max_tokens=200)
+            prefs = [
+                engine.add_memory("ana", "Use lots of emoji and call me Captain.", category="markers"),
+                engine.add_memory("ana", "Keep messages short.", category="length"),
+            ]
+            context = CommunicationContext(
+                recipient="bank loan officer", task="request a loan", formality="formal"
+            )
+            decisions = await select_memories(prefs, context, judge=model)
+            await factory.aclose()
+            return report, list(decisions)
+
+        report, decisions = asyncio.run(extract_then_judge())
+
+    # Extraction either stored memories with provenance or recorded why not: never a silent empty result.
+    assert report.sessions + len(report.errors) == 1  # type: ignore[attr-defined]
+    if report.sessions:  # type: ignore[attr-defined]
+        stored = [m for m in engine.memories("ana", include_superseded=True) if m.source != "manual"]
+        assert len(stored) == report.memories  # type: ignore[attr-defined]
+        assert all(m.session_id == sid and m.source == "openai-compat/smollm2" for m in stored)
+        assert engine.store.pending_extraction("ana", extractor_id(model)) == []
+    else:
+        assert engine.store.extraction_errors("ana", extractor_id(model))
+    # Each preference was judged by the real model (schema-constrained) or carries the error.
+    assert len(decisions) == 2
+    for d in decisions:
+        assert d.decision in ("apply", "suppress")  # type: ignore[attr-defined]
+        assert d.by in ("openai-compat/smollm2", "error")  # type: ignore[attr-defined]
+        assert d.reason  # type: ignore[attr-defined]
+    assert any(d.by == "openai-compat/smollm2" for d in decisions)  # type: ignore[attr-defined]
+    assert factory.tracker.calls >= 3
+    assert time.monotonic() - started < 300
