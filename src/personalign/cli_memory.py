@@ -22,7 +22,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         data: Annotated[
             str, typer.Option(help="CUPID data: 'fixture', 'hf[:repo[:split]]', or a .parquet/.json/.jsonl.")
         ] = "fixture",
-        k: Annotated[int, typer.Option("--k", help="Sessions retrieved per request.")] = 3,
+        k: Annotated[int, typer.Option("--k", help="Sessions retrieved per request.")] = 2,
         embedder: Annotated[
             str, typer.Option(help="Dense embedder: minilm (offline default), hash, st:<name>.")
         ] = "minilm",

@@ -29,7 +29,9 @@ CUPID_CONTEXTS: tuple[str, ...] = (
     "gold-preference",
     "memory",
 )
-MEMORY_K = 3  # sessions the memory strategy shows
+# CUPID builds every current preference on exactly 2 prior sessions, so the strategy shows 2
+# (docs/memory.md gives memory-eval at k=2 and k=3).
+MEMORY_K = 2
 
 _SPEAKER = {"user": "User", "assistant": "AI Assistant", "system": "System"}
 

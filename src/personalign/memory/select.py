@@ -142,6 +142,7 @@ def render_memory_block(
     memories: Sequence[MemoryRecord] = (),
     sessions: Sequence[StoredSession] = (),
     header: str = "What you remember about this user (use it where it fits this request):",
+    sessions_header: str = "Earlier conversations with this user that may matter here:",
 ) -> str:
     """A compact block for the subject model's prompt: memory statements, then excerpts of the
     retrieved sessions in chronological order (only their dialogue; never any annotation)."""
@@ -157,7 +158,7 @@ def render_memory_block(
             "\n\n".join(f"#### {_SPEAKER.get(t.role, t.role)}\n{t.content.strip()}" for t in s.turns)
             for s in ordered
         ]
-        parts.append(format_history(bodies))
+        parts.append(sessions_header + "\n\n" + format_history(bodies))
     return "\n\n".join(parts) if parts else "(nothing remembered about this user yet)"
 
 
