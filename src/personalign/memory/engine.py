@@ -101,7 +101,7 @@ class MemoryEngine:
         self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
         self.config = config or RetrievalConfig()
         self._indexes: dict[str, UserIndex] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # one retrieval (refresh + search) at a time per engine
 
     def close(self) -> None:
         self.store.close()
@@ -168,6 +168,21 @@ class MemoryEngine:
         attaches each returned memory's change history (older versions of the same context).
         ``query_vector``: the request already encoded by the engine's embedder (saves the encoding).
         """
+        with self._lock:
+            return self._retrieve(
+                user_id, request, k_sessions, k_memories, include_history, include_superseded, query_vector
+            )
+
+    def _retrieve(
+        self,
+        user_id: str,
+        request: str,
+        k_sessions: int | None,
+        k_memories: int | None,
+        include_history: bool,
+        include_superseded: bool,
+        query_vector: npt.NDArray[np.float32] | None,
+    ) -> Retrieval:
         cfg = self.config
         index = self._index(user_id)
         ks = cfg.k_sessions if k_sessions is None else k_sessions

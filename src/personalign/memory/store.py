@@ -320,10 +320,14 @@ class MemoryStore:
     ) -> dict[int, npt.NDArray[np.float32]]:
         """Cached embeddings of a user's units (``unit`` 's' = session, 'm' = memory) by id."""
         wanted = set(ids)
-        rows = self._read(
-            "SELECT unit_id, vector FROM embeddings WHERE user_id = ? AND unit = ? AND embedder = ?",
-            (user_id, unit, embedder),
-        )
+        if not wanted:
+            return {}
+        sql = "SELECT unit_id, vector FROM embeddings WHERE user_id = ? AND unit = ? AND embedder = ?"
+        params: list[Any] = [user_id, unit, embedder]
+        if len(wanted) <= 500:  # a few new units (a growing store): look them up by key
+            sql += f" AND unit_id IN ({', '.join('?' * len(wanted))})"
+            params.extend(sorted(wanted))
+        rows = self._read(sql, params)
         return {uid: np.frombuffer(blob, dtype=np.float32) for uid, blob in rows if uid in wanted}
 
     def put_vectors(
