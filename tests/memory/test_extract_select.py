@@ -102,7 +102,7 @@ def test_extraction_provenance_supersession_cache_and_errors(tmp_path: Path) -> 
         "ana", chat("New update for Ines Okafor.", "Interpretation first now."), timestamp=3
     )
 
-    report = run(factory, extract_pending(engine.store, "ana", model))
+    report = run(factory, engine.extract("ana", model))
     assert (report.sessions, report.memories) == (2, 2)
     assert list(report.errors) == [s1 + 1] and "unparseable" in report.errors[s1 + 1]
     assert backend.calls == 2 + 2  # the garbled session was re-asked once

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from personalign.errors import ConfigError
 from personalign.llm import Model
 from personalign.memory.entities import entity_keys
+from personalign.memory.extract import ExtractionReport, extract_pending
 from personalign.memory.index import CHANNELS, UserIndex, dense_text
 from personalign.memory.select import (
     SelectionPolicy,
@@ -232,6 +233,12 @@ class MemoryEngine:
                     )
                 memories.append(RetrievedItem("memory", score, memory=memory, ranks=ranks, history=history))
         return Retrieval(user_id, request, sessions, memories, matched)
+
+    async def extract(self, user_id: str, model: Model, *, concurrency: int = 4) -> ExtractionReport:
+        """Extract memories from the user's sessions that ``model`` has not processed yet (see
+        :func:`personalign.memory.extract.extract_pending`; use :class:`BackgroundExtractor` to keep
+        it off the request path)."""
+        return await extract_pending(self.store, user_id, model, concurrency=concurrency)
 
     async def personalize(
         self,
