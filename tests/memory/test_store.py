@@ -134,3 +134,18 @@ def test_a_failed_batch_writes_nothing(store: MemoryStore) -> None:
     with pytest.raises(DataError, match=r"row 0, field 'kind'"):
         store.add_memories("ana", [{"content": "x", "kind": "opinion"}])
     assert store.check() == []
+
+
+def test_a_batch_of_sessions_is_all_or_nothing(tmp_path: Path) -> None:
+    from personalign.memory import MemoryEngine, NewSession
+
+    engine = MemoryEngine(tmp_path / "m.sqlite", embedder="hash")
+    engine.add_user("ana")
+    good = NewSession(CHAT, timestamp=1.0)
+    bad = NewSession([{"role": "user", "content": "hi"}, {"role": "bot", "content": "x"}])
+    with pytest.raises(DataError, match=r"session 1, row 1, field 'role'"):
+        engine.add_sessions("ana", [good, bad])
+    assert engine.store.count_sessions("ana") == 0
+    ids = engine.add_sessions("ana", [good, NewSession(CHAT, timestamp=0.5, external_id="x")])
+    assert [s.id for s in engine.sessions("ana")] == ids[::-1]  # ordered by time
+    assert len(engine.store.vectors("ana", "s", "hash:512", ids)) == 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from personalign.memory.select import (
     render_memory_block,
     select_memories,
 )
-from personalign.memory.store import Limits, MemoryStore, validate_messages
+from personalign.memory.store import Limits, MemoryStore, NewSession, validate_messages
 from personalign.memory.types import (
     CommunicationContext,
     MemoryRecord,
@@ -124,19 +124,28 @@ class MemoryEngine:
         """Record one conversation (a list of role/content messages); return its store id.
 
         The session, its turns and its embedding land in one transaction. Extraction, if used,
-        runs later (:func:`personalign.memory.extract.extract_pending`), off the request path.
+        runs later (:meth:`extract` or :class:`BackgroundExtractor`), off the request path.
         """
-        vectors = {}
-        if self.embedder is not None:
-            source = f"user {user_id!r} session {session_id!r}"
-            pairs = validate_messages(messages, source=source, limits=self.store.limits)
-            probe = StoredSession(
-                0, user_id, None, 0.0, 0, {}, tuple(Turn(i, r, c) for i, (r, c) in enumerate(pairs))
-            )
-            vectors[self.embedder.name] = self.embedder.encode([dense_text(probe)])[0]
-        return self.store.add_session(
-            user_id, messages, timestamp=timestamp, metadata=metadata, external_id=session_id, vectors=vectors
-        )
+        new = NewSession(messages, timestamp=timestamp, metadata=metadata, external_id=session_id)
+        return self.add_sessions(user_id, [new])[0]
+
+    def add_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> list[int]:
+        """Record several conversations at once: embedded in one batch, stored in one transaction."""
+        if self.embedder is not None and sessions:
+            texts = []
+            for n, new in enumerate(sessions):
+                label = new.external_id if new.external_id is not None else n
+                pairs = validate_messages(
+                    new.messages, source=f"user {user_id!r} session {label!r}", limits=self.store.limits
+                )
+                turns = tuple(Turn(i, r, c) for i, (r, c) in enumerate(pairs))
+                texts.append(dense_text(StoredSession(0, user_id, None, 0.0, 0, {}, turns)))
+            vectors = self.embedder.encode(texts)
+            sessions = [
+                replace(new, vectors={**(new.vectors or {}), self.embedder.name: vectors[n]})
+                for n, new in enumerate(sessions)
+            ]
+        return self.store.add_sessions(user_id, sessions)
 
     def add_memory(self, user_id: str, content: str, **fields: Any) -> MemoryRecord:
         """Store a memory directly (e.g. a statement the user gave); see :meth:`MemoryStore.add_memory`."""

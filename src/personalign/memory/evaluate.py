@@ -20,6 +20,7 @@ import numpy as np
 
 from personalign.context.cupid import format_history, format_session
 from personalign.memory.engine import MemoryEngine, RetrievalConfig
+from personalign.memory.store import NewSession
 from personalign.retrieval import Embedder
 from personalign.types import INSTANCE_TYPES, CupidInstance
 
@@ -114,10 +115,13 @@ def load_instances(engine: MemoryEngine, instances: Sequence[CupidInstance]) -> 
     """One user per instance; sessions timestamped by their position (CUPID gives no clock)."""
     for instance in instances:
         engine.add_user(instance.id)
-        for position, session in enumerate(instance.prior_interactions):
-            engine.add_session(
-                instance.id, session.dialogue, timestamp=float(position), metadata={"position": position}
-            )
+        engine.add_sessions(
+            instance.id,
+            [
+                NewSession(s.dialogue, timestamp=float(i), metadata={"position": i})
+                for i, s in enumerate(instance.prior_interactions)
+            ],
+        )
 
 
 def evaluate_cupid(

@@ -80,6 +80,17 @@ class Limits:
     max_user_id_chars: int = 200
 
 
+@dataclass(frozen=True)
+class NewSession:
+    """A session to store: its messages and optional time, metadata, id and embeddings."""
+
+    messages: Sequence[Any]
+    timestamp: float | None = None
+    metadata: Mapping[str, Any] | None = None
+    external_id: str | None = None
+    vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
+
+
 def factor_key(factor: str) -> str:
     """The normalised form under which context factors compare: content words, sorted, deduplicated.
 
@@ -243,42 +254,66 @@ class MemoryStore:
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
     ) -> int:
         """Store one session (and its embeddings, if given) in one transaction; return its id."""
-        source = f"user {user_id!r} session {external_id!r}" if external_id else f"user {user_id!r} session"
-        pairs = validate_messages(messages, source=source, limits=self.limits)
-        try:
-            meta_json = json.dumps(dict(metadata or {}), ensure_ascii=False, sort_keys=True)
-        except TypeError as exc:
-            raise DataError(source, None, "metadata", f"metadata must be JSON-serialisable: {exc}") from None
-        ts = time.time() if timestamp is None else float(timestamp)
+        return self.add_sessions(
+            user_id,
+            [
+                NewSession(
+                    messages, timestamp=timestamp, metadata=metadata, external_id=external_id, vectors=vectors
+                )
+            ],
+        )[0]
+
+    def add_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> list[int]:
+        """Store several sessions in one transaction (all or none); return their ids in order."""
+        rows = []
+        for n, new in enumerate(sessions):
+            label = new.external_id if new.external_id is not None else (n if len(sessions) > 1 else None)
+            source = (
+                f"user {user_id!r} session {label!r}" if label is not None else f"user {user_id!r} session"
+            )
+            pairs = validate_messages(new.messages, source=source, limits=self.limits)
+            try:
+                meta_json = json.dumps(dict(new.metadata or {}), ensure_ascii=False, sort_keys=True)
+            except TypeError as exc:
+                raise DataError(
+                    source, None, "metadata", f"metadata must be JSON-serialisable: {exc}"
+                ) from None
+            ts = time.time() if new.timestamp is None else float(new.timestamp)
+            rows.append((new, source, pairs, meta_json, ts))
+        ids: list[int] = []
         with self._write() as cur:
             self._require_user(user_id, cur)
-            if (
-                external_id is not None
-                and cur.execute(
-                    "SELECT 1 FROM sessions WHERE user_id = ? AND external_id = ?", (user_id, external_id)
-                ).fetchone()
-            ):
-                raise DataError(source, None, "external_id", "a session with this id is already stored")
             seq = cur.execute(
                 "SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE user_id = ?", (user_id,)
             ).fetchone()[0]
-            cur.execute(
-                "INSERT INTO sessions (user_id, external_id, ts, seq, n_turns, metadata, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (user_id, external_id, ts, seq, len(pairs), meta_json, time.time()),
-            )
-            session_id = int(cur.lastrowid or 0)
-            cur.executemany(
-                "INSERT INTO turns (session_id, user_id, idx, role, content) VALUES (?, ?, ?, ?, ?)",
-                [(session_id, user_id, i, role, content) for i, (role, content) in enumerate(pairs)],
-            )
-            for embedder, vector in (vectors or {}).items():
+            for new, source, pairs, meta_json, ts in rows:
+                if (
+                    new.external_id is not None
+                    and cur.execute(
+                        "SELECT 1 FROM sessions WHERE user_id = ? AND external_id = ?",
+                        (user_id, new.external_id),
+                    ).fetchone()
+                ):
+                    raise DataError(source, None, "external_id", "a session with this id is already stored")
                 cur.execute(
-                    "INSERT INTO embeddings VALUES (?, 's', ?, ?, ?)",
-                    (user_id, session_id, embedder, _vector_blob(vector)),
+                    "INSERT INTO sessions (user_id, external_id, ts, seq, n_turns, metadata, created)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (user_id, new.external_id, ts, seq, len(pairs), meta_json, time.time()),
                 )
+                seq += 1
+                session_id = int(cur.lastrowid or 0)
+                cur.executemany(
+                    "INSERT INTO turns (session_id, user_id, idx, role, content) VALUES (?, ?, ?, ?, ?)",
+                    [(session_id, user_id, i, role, content) for i, (role, content) in enumerate(pairs)],
+                )
+                for embedder, vector in (new.vectors or {}).items():
+                    cur.execute(
+                        "INSERT INTO embeddings VALUES (?, 's', ?, ?, ?)",
+                        (user_id, session_id, embedder, _vector_blob(vector)),
+                    )
+                ids.append(session_id)
             self._bump(cur, user_id)
-        return session_id
+        return ids
 
     def sessions(self, user_id: str, *, after_id: int = 0) -> list[StoredSession]:
         """A user's sessions, oldest first (by timestamp, then insertion); ``after_id`` skips older ids."""

@@ -26,6 +26,7 @@ from personalign.memory.select import (
     render_memory_block,
     select_memories,
 )
+from personalign.memory.store import NewSession
 from personalign.memory.types import CommunicationContext
 from personalign.retrieval import DEFAULT_EMBEDDER, Embedder, load_embedder
 
@@ -51,8 +52,10 @@ def build_engine(
     """An in-memory engine holding ``sessions`` (oldest first; each a list of role/content messages)."""
     engine = MemoryEngine(":memory:", embedder=embedder, config=config)
     engine.add_user(USER)
-    for position, messages in enumerate(sessions):
-        engine.add_session(USER, messages, timestamp=float(position), metadata={"position": position})
+    engine.add_sessions(
+        USER,
+        [NewSession(m, timestamp=float(i), metadata={"position": i}) for i, m in enumerate(sessions)],
+    )
     return engine
 
 
