@@ -36,12 +36,14 @@ def test_cupid_run_with_memory_context_both_tasks(tmp_path: Path) -> None:
         task="both",
         context="memory",
     )
-    settings = RunSettings(run_dir=tmp_path / "run", cache_path=tmp_path / "c.sqlite", progress=False)
+    settings = RunSettings(
+        run_dir=tmp_path / "run", cache_path=tmp_path / "c.sqlite", progress=False, limit=3
+    )  # the first persona: one instance of each type
     result = run_cupid(config, settings)
     assert result.outcome.status == "complete"
     assert result.summary["context"] == "memory"
     for task in ("inference", "generation"):
-        assert result.summary[task]["n_scored"] == 18
+        assert result.summary[task]["n_scored"] == 3
         assert set(result.summary[task]["by_type"]) == {"consistent", "contrastive", "changing"}
     markdown = write_report(build_report([tmp_path / "run"]), tmp_path / "report")
     assert "(memory)" in markdown
