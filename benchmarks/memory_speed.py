@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/memory_speed.py [--sizes 1000 10000 100000] [--queries 200]
 
 1. Ingestion (no extraction): sessions per second through ``MemoryEngine.add_session`` (one
-   transaction each, WAL) with no embedder, the ``hash`` embedder and the default MiniLM embedder.
+   transaction each, WAL) and through ``add_sessions`` in batches of 64 (one encoder batch and one
+   transaction per batch), with no embedder, the ``hash`` embedder and the default MiniLM embedder.
 2. Retrieval latency p50/p99 of ``MemoryEngine.retrieve`` (BM25 + dense + exact names, fused) with the
    MiniLM query encoding inside the timing, and search only (query vector given), at each size, for
    two layouts of the same store size:
@@ -29,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from personalign.memory import MemoryEngine, MemoryStore  # noqa: E402
+from personalign.memory import MemoryEngine, MemoryStore, NewSession  # noqa: E402
 from personalign.retrieval import load_embedder  # noqa: E402
 
 _NAMES = """Ines Tomas Priya Rosa Haruka Omar Lena Marco Sade Yuki Arjun Clara Felix Nadia Oskar Wen
@@ -82,6 +83,16 @@ def ingestion(n: int) -> None:
             elapsed = time.perf_counter() - start
             engine.close()
         print(f"embedder {spec or 'none':7s}: {n / elapsed:8.0f} sessions/s ({elapsed:.2f} s)")
+        with tempfile.TemporaryDirectory() as tmp:
+            engine = MemoryEngine(Path(tmp) / "m.sqlite", embedder=spec)
+            engine.add_user("u")
+            start = time.perf_counter()
+            for at in range(0, n, 64):
+                batch = [NewSession(t, timestamp=float(at + i)) for i, t in enumerate(sessions[at : at + 64])]
+                engine.add_sessions("u", batch)
+            batched = time.perf_counter() - start
+            engine.close()
+        print(f"  batches of 64 (add_sessions): {n / batched:8.0f} sessions/s ({batched:.2f} s)")
 
 
 def build_store(path: Path, size: int, per_user: int | None, dim: int, name: str) -> list[tuple[str, str]]:
