@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from personalign.llm import CallCache, ModelFactory
-from personalign.memory import CommunicationContext, MemoryEngine, extract_pending, select_memories
+from personalign.memory import (
+    CommunicationContext,
+    MemoryEngine,
+    SelectionPolicy,
+    extract_pending,
+    select_memories,
+)
 from personalign.memory.extract import extractor_id
 from tests.support.llama_server import llama_server, spec_for
 
@@ -33,7 +39,7 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
         sid = engine.add_session("ana", SESSION, timestamp=1.0)
 
         async def extract_then_judge() -> tuple[object, list[object]]:
-            report = await extract_pending(engine.store, "ana", model, max_tokens=200)
+            report = await extract_pending(engine.store, "ana", model, max_tokens=160)
             prefs = [
                 engine.add_memory("ana", "Use lots of emoji and call me Captain.", category="markers"),
                 engine.add_memory("ana", "Keep messages short.", category="length"),
@@ -41,7 +47,8 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
             context = CommunicationContext(
                 recipient="bank loan officer", task="request a loan", formality="formal"
             )
-            decisions = await select_memories(prefs, context, judge=model)
+            policy = SelectionPolicy(default="judge", categories={"length": "apply"})
+            decisions = await select_memories(prefs, context, judge=model, policy=policy)
             await factory.aclose()
             return report, list(decisions)
 
@@ -56,12 +63,11 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
         assert engine.store.pending_extraction("ana", extractor_id(model)) == []
     else:
         assert engine.store.extraction_errors("ana", extractor_id(model))
-    # Each preference was judged by the real model (schema-constrained) or carries the error.
-    assert len(decisions) == 2
-    for d in decisions:
-        assert d.decision in ("apply", "suppress")  # type: ignore[attr-defined]
-        assert d.by in ("openai-compat/smollm2", "error")  # type: ignore[attr-defined]
-        assert d.reason  # type: ignore[attr-defined]
-    assert any(d.by == "openai-compat/smollm2" for d in decisions)  # type: ignore[attr-defined]
-    assert factory.tracker.calls >= 3
+    # The markers preference was judged by the real model (schema-constrained JSON parses on it);
+    # the length one followed its category's policy without a call.
+    judged, by_policy = decisions
+    assert judged.by == "openai-compat/smollm2" and judged.reason  # type: ignore[attr-defined]
+    assert judged.decision in ("apply", "suppress")  # type: ignore[attr-defined]
+    assert (by_policy.decision, by_policy.by) == ("apply", "policy")  # type: ignore[attr-defined]
+    assert factory.tracker.calls >= 2
     assert time.monotonic() - started < 300
