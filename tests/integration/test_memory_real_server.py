@@ -1,13 +1,14 @@
-"""Memory extraction and select/apply with SmolLM2 behind the real llama.cpp OpenAI-compatible server."""
+"""Memory extraction, select/apply and the CUPID memory context with SmolLM2 behind the real
+llama.cpp OpenAI-compatible server."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
 
+from personalign.benchmarks.cupid import CupidConfig
 from personalign.llm import CallCache, ModelFactory
 from personalign.memory import (
     CommunicationContext,
@@ -17,6 +18,8 @@ from personalign.memory import (
     select_memories,
 )
 from personalign.memory.extract import extractor_id
+from personalign.runs.cupid_run import RunSettings, run_cupid
+from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,7 +32,6 @@ SESSION = [
 
 
 def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
-    started = time.monotonic()
     with llama_server(n_ctx=4096) as base_url:
         spec = spec_for(base_url)
         factory = ModelFactory(cache=CallCache(tmp_path / "cache.sqlite"))
@@ -54,6 +56,21 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
 
         report, decisions = asyncio.run(extract_then_judge())
 
+        # CUPID with --context memory over the same server: one instance, inference task.
+        config = CupidConfig(
+            subject=spec,
+            decomposer=spec,
+            matcher=spec,
+            judge=spec,
+            context="memory",
+            subject_max_tokens=96,
+            judge_max_tokens=200,
+        )
+        settings = RunSettings(
+            run_dir=tmp_path / "run", limit=1, cache_path=tmp_path / "cache.sqlite", progress=False
+        )
+        cupid = run_cupid(config, settings)
+
     # Extraction either stored memories with provenance or recorded why not: never a silent empty result.
     assert report.sessions + len(report.errors) == 1  # type: ignore[attr-defined]
     if report.sessions:  # type: ignore[attr-defined]
@@ -70,4 +87,9 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
     assert judged.decision in ("apply", "suppress")  # type: ignore[attr-defined]
     assert (by_policy.decision, by_policy.by) == ("apply", "policy")  # type: ignore[attr-defined]
     assert factory.tracker.calls >= 2
-    assert time.monotonic() - started < 300
+    # The memory context fed a real run: scored, or recorded as an error with its reason.
+    record = next(iter(RunDir(tmp_path / "run").records().values()))
+    assert record.results["inference"].status == "ok" or record.results["inference"].error
+    assert cupid.summary["context"] == "memory"
+    assert cupid.summary["inference"]["n_scored"] + cupid.summary["inference"]["n_errors"] == 1
+    assert record.steps["infer"].prompt_tokens > 0
