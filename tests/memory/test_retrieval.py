@@ -112,3 +112,14 @@ def test_without_embedder_and_empty_user(tmp_path: Path) -> None:
     engine.add_session("ana", chat("Plan the Ridgeback journal club talk."))
     found = engine.retrieve("ana", "journal club")
     assert len(found.sessions) == 1 and "dense" not in found.sessions[0].ranks
+
+
+def test_engine_ingestion_errors_before_any_embedding(engine: MemoryEngine) -> None:
+    from personalign.errors import DataError
+
+    with pytest.raises(UnknownUserError, match="'zoe'"):
+        engine.add_session("zoe", chat("hello"))
+    with pytest.raises(DataError, match=r"^user 'ana' session, row 1, field 'role'"):
+        engine.add_session("ana", [{"role": "user", "content": "hi"}, {"role": "bot", "content": "x"}])
+    with pytest.raises(DataError, match=r"session 'b7', field 'messages': empty session"):
+        engine.add_session("ana", [], session_id="b7")

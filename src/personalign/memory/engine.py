@@ -29,7 +29,14 @@ from personalign.memory.select import (
     render_memory_block,
     select_memories,
 )
-from personalign.memory.store import Limits, MemoryStore, NewSession, validate_messages
+from personalign.memory.store import (
+    Limits,
+    MemoryStore,
+    NewSession,
+    UnknownUserError,
+    session_source,
+    validate_messages,
+)
 from personalign.memory.types import (
     CommunicationContext,
     MemoryRecord,
@@ -131,13 +138,13 @@ class MemoryEngine:
 
     def add_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> list[int]:
         """Record several conversations at once: embedded in one batch, stored in one transaction."""
+        if not self.store.has_user(user_id):
+            raise UnknownUserError(user_id, self.store.path)
         if self.embedder is not None and sessions:
             texts = []
             for n, new in enumerate(sessions):
-                label = new.external_id if new.external_id is not None else n
-                pairs = validate_messages(
-                    new.messages, source=f"user {user_id!r} session {label!r}", limits=self.store.limits
-                )
+                source = session_source(user_id, new.external_id, n, len(sessions))
+                pairs = validate_messages(new.messages, source=source, limits=self.store.limits)
                 turns = tuple(Turn(i, r, c) for i, (r, c) in enumerate(pairs))
                 texts.append(dense_text(StoredSession(0, user_id, None, 0.0, 0, {}, turns)))
             vectors = self.embedder.encode(texts)

@@ -91,6 +91,12 @@ class NewSession:
     vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
 
 
+def session_source(user_id: str, external_id: str | None, n: int, total: int) -> str:
+    """How errors name a session: by its id, else by its position in a batch."""
+    label: str | int | None = external_id if external_id is not None else (n if total > 1 else None)
+    return f"user {user_id!r} session {label!r}" if label is not None else f"user {user_id!r} session"
+
+
 def factor_key(factor: str) -> str:
     """The normalised form under which context factors compare: content words, sorted, deduplicated.
 
