@@ -89,6 +89,8 @@ def test_memory_eval_command_on_fixture(tmp_path: Path) -> None:
     changing = {m: methods[m]["by_type"]["changing"] for m in ("fused", "memory")}
     assert changing["memory"]["newest_first"] > changing["fused"]["newest_first"]
     assert methods["memory"]["all"]["recall"] > methods["recent"]["all"]["recall"]
+    lo, hi = methods["memory"]["all"]["recall_ci"]
+    assert lo <= methods["memory"]["all"]["recall"] <= hi
 
 
 def test_memory_eval_bad_method() -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from personalign.context.cupid import format_history, format_session
 from personalign.memory.engine import MemoryEngine, RetrievalConfig
 from personalign.memory.store import NewSession
+from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
 from personalign.retrieval import Embedder
 from personalign.types import INSTANCE_TYPES, CupidInstance
 
@@ -156,11 +157,19 @@ def _mean(values: Iterable[float | int | None]) -> float | None:
     return float(np.mean(kept)) if kept else None
 
 
+def _ci(values: Sequence[float]) -> tuple[float, float] | None:
+    """95% percentile-bootstrap CI of a mean over instances (None with fewer than 2)."""
+    n = len(values)
+    return bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n))
+
+
 def _block(rows: Sequence[InstanceScore]) -> dict[str, Any]:
     block: dict[str, Any] = {
         "n": len(rows),
         "precision": _mean(r.precision for r in rows),
+        "precision_ci": _ci([r.precision for r in rows]),
         "recall": _mean(r.recall for r in rows),
+        "recall_ci": _ci([r.recall for r in rows]),
         "token_ratio": _mean(r.token_ratio for r in rows),
     }
     changing = [r for r in rows if r.instance_type == "changing"]
