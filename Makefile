@@ -26,8 +26,8 @@ demo: setup
 	$(BIN)/personalign run cupid
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts examples
+	$(BIN)/ruff format --check src tests benchmarks scripts examples
 	$(BIN)/mypy
 
 test: lint

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from personalign import cli_benchpres
+from personalign.cli_memory import register as register_memory
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 
@@ -49,7 +50,7 @@ def run_cupid_cmd(
         str, typer.Option(help="inference (the paper's default) | generation | both")
     ] = "inference",
     context: Annotated[
-        str, typer.Option(help="full | oracle | oracle-factor | summaries | gold-preference")
+        str, typer.Option(help="full | oracle | oracle-factor | summaries | gold-preference | memory")
     ] = "full",
     instance_type: Annotated[
         list[str] | None,
@@ -203,6 +204,7 @@ def validate(
 
 
 cli_benchpres.register(app, run_app)
+register_memory(app, run_app)
 
 
 def main() -> None:

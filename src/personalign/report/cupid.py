@@ -22,7 +22,7 @@ from personalign.report.tables import Cell, Table
 from personalign.runs.store import RunDir
 
 TYPES = ("consistent", "contrastive", "changing")
-BASE_CONTEXTS = ("full", "summaries")
+BASE_CONTEXTS = ("full", "summaries", "memory")  # each gets its own row with per-type columns
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

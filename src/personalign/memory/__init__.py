@@ -1,0 +1,57 @@
+"""The personalization memory engine: record conversations, retrieve and apply what matters.
+
+Quick use::
+
+    engine = MemoryEngine("memory.sqlite")
+    engine.add_user("ana")
+    engine.add_session("ana", [{"role": "user", "content": "..."}, ...])
+    found = engine.retrieve("ana", "Draft the update for Professor Okafor")
+    block = asyncio.run(engine.personalize("ana", "Draft the update for Professor Okafor")).text
+
+See docs/memory.md for the full API.
+"""
+
+from personalign.memory.engine import MemoryBlock, MemoryEngine, Retrieval, RetrievalConfig
+from personalign.memory.extract import BackgroundExtractor, ExtractionReport, extract_pending
+from personalign.memory.select import SelectionPolicy, render_memory_block, select_memories
+from personalign.memory.store import Limits, MemoryStore, NewSession, UnknownUserError, factor_key
+from personalign.memory.strategy import (
+    retrieve_sessions,
+    sessions_memory_block,
+    statements_memory_block,
+)
+from personalign.memory.types import (
+    CommunicationContext,
+    MemoryRecord,
+    RetrievedItem,
+    SelectionDecision,
+    StoredSession,
+    Turn,
+)
+
+__all__ = [
+    "BackgroundExtractor",
+    "CommunicationContext",
+    "ExtractionReport",
+    "Limits",
+    "MemoryBlock",
+    "MemoryEngine",
+    "MemoryRecord",
+    "MemoryStore",
+    "NewSession",
+    "Retrieval",
+    "RetrievalConfig",
+    "RetrievedItem",
+    "SelectionDecision",
+    "SelectionPolicy",
+    "StoredSession",
+    "Turn",
+    "UnknownUserError",
+    "extract_pending",
+    "factor_key",
+    "render_memory_block",
+    "retrieve_sessions",
+    "select_memories",
+    "sessions_memory_block",
+    "statements_memory_block",
+]

@@ -1,0 +1,196 @@
+"""Per-user retrieval over a store: BM25, dense and exact-name channels, fused by rank.
+
+Sessions are append-only, so the index of a growing store takes only the new sessions (their
+embeddings come from the store's cache); BM25 is rebuilt lazily on the next search after a change.
+Memories change (supersession), so they are reloaded whole when the user's revision moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from personalign.memory.entities import EntityIndex, entity_keys, factor_matches
+from personalign.memory.store import MemoryStore
+from personalign.memory.types import MemoryRecord, StoredSession
+from personalign.retrieval import BM25Index, DenseIndex, Embedder, reciprocal_rank_fusion, tokenize
+
+CHANNELS = ("bm25", "dense", "exact")
+
+
+def dense_text(session: StoredSession) -> str:
+    """What the embedder sees of a session: the user's own turns (the context and the feedback)."""
+    user = [t.content for t in session.turns if t.role == "user"]
+    return "\n".join(user or [t.content for t in session.turns])
+
+
+def memory_text(memory: MemoryRecord) -> str:
+    return f"{memory.context_factor}: {memory.content}" if memory.context_factor else memory.content
+
+
+@dataclass
+class _Units:
+    """One kind of unit (sessions or memories) with its three channels."""
+
+    texts: list[str] = field(default_factory=list)
+    dense_rows: list[np.ndarray] = field(default_factory=list)
+    entities: EntityIndex = field(default_factory=EntityIndex)
+    bm25: BM25Index | None = None
+    dense: DenseIndex | None = None
+
+    def lexical(self) -> BM25Index:
+        if self.bm25 is None or self.bm25.size != len(self.texts):
+            self.bm25 = BM25Index(self.texts)
+        return self.bm25
+
+    def vectors(self, embedder: Embedder) -> DenseIndex:
+        if self.dense is None or self.dense.size != len(self.dense_rows):
+            matrix = (
+                np.vstack(self.dense_rows).astype(np.float32)
+                if self.dense_rows
+                else np.zeros((0, embedder.dim), dtype=np.float32)
+            )
+            self.dense = DenseIndex(embedder, vectors=matrix)
+        return self.dense
+
+
+class UserIndex:
+    """Search structures for one user's sessions and memories, kept in step with the store."""
+
+    def __init__(self, store: MemoryStore, user_id: str, embedder: Embedder | None) -> None:
+        self.store = store
+        self.user_id = user_id
+        self.embedder = embedder
+        self.sessions: list[StoredSession] = []
+        self.memories: list[MemoryRecord] = []
+        self._s = _Units()
+        self._m = _Units()
+        self._factor_words: list[frozenset[str]] = []
+        self._revision = -1
+        self._last_session = 0
+
+    def refresh(self) -> None:
+        revision = self.store.revision(self.user_id)
+        if revision == self._revision:
+            return
+        new = self.store.sessions(self.user_id, after_id=self._last_session)
+        if new:
+            self._add_sessions(new)
+            self._last_session = max(s.id for s in self.sessions)
+        self.memories = self.store.memories(self.user_id, include_superseded=True)
+        self._m = _Units()
+        self._m.texts = [memory_text(m) for m in self.memories]
+        self._factor_words = [frozenset(tokenize(m.context_factor)) for m in self.memories]
+        if self.embedder is not None:
+            self._m.dense_rows = self._embed("m", [m.id for m in self.memories], self._m.texts)
+        self._revision = revision
+
+    def _add_sessions(self, new: Sequence[StoredSession]) -> None:
+        self.sessions.extend(new)
+        self._s.texts.extend(s.text for s in new)
+        self._s.entities.add(entity_keys(s.text) for s in new)
+        if self.embedder is not None:
+            self._s.dense_rows.extend(self._embed("s", [s.id for s in new], [dense_text(s) for s in new]))
+
+    def _embed(self, unit: str, ids: list[int], texts: list[str]) -> list[np.ndarray]:
+        assert self.embedder is not None
+        cached = self.store.vectors(self.user_id, unit, self.embedder.name, ids)
+        missing = [i for i, uid in enumerate(ids) if uid not in cached]
+        if missing:
+            fresh = self.embedder.encode([texts[i] for i in missing])
+            computed = {ids[i]: fresh[row] for row, i in enumerate(missing)}
+            self.store.put_vectors(self.user_id, unit, self.embedder.name, computed)
+            cached.update(computed)
+        return [cached[uid] for uid in ids]
+
+    # --- search ------------------------------------------------------------------------------
+
+    def _rankings(
+        self, units: _Units, n: int, query: str, qvec: np.ndarray | None, exact: list[int], depth: int
+    ) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        if n == 0:
+            return {c: [] for c in CHANNELS}
+        out["bm25"] = [h.index for h in units.lexical().search(query, depth)]
+        if qvec is not None and self.embedder is not None:
+            out["dense"] = [h.index for h in units.vectors(self.embedder).search(qvec, depth)]
+        out["exact"] = exact[:depth]
+        return out
+
+    def search_sessions(
+        self,
+        query: str,
+        k: int,
+        *,
+        qvec: np.ndarray | None,
+        request_keys: Sequence[frozenset[str]],
+        channels: Sequence[str] = CHANNELS,
+        depth: int = 50,
+        context_first: bool = True,
+    ) -> list[tuple[int, float, dict[str, int]]]:
+        """Top ``k`` session positions as (position, fused score, per-channel 1-based ranks).
+
+        The exact channel lists the sessions naming the request's names: by the request's first-named
+        name they mention, then newest first. With ``context_first`` (and the exact channel on), the
+        sessions naming the request's first-mentioned known name (taken as its context) lead the
+        result, newest first, so the newest preference for that context wins; the rest follow in
+        fused order.
+        """
+        matched = self._s.entities.matches(request_keys)
+        exact = sorted(matched, key=lambda i: (-matched[i], _key(self.sessions[i])), reverse=True)
+        rankings = self._rankings(self._s, len(self.sessions), query, qvec, exact, depth)
+        rankings = {c: r for c, r in rankings.items() if c in channels}
+        fused = _fuse(rankings, len(self.sessions))
+        if context_first and "exact" in rankings and matched:
+            top = min(matched.values())
+            lead = [i for i in exact if matched[i] == top]
+            position = {i: n for n, i in enumerate(lead)}
+            fused.sort(key=lambda hit: position.get(hit[0], len(position)))
+        return fused[:k]
+
+    def search_memories(
+        self,
+        query: str,
+        k: int,
+        *,
+        qvec: np.ndarray | None,
+        request_keys: Sequence[frozenset[str]],
+        include_superseded: bool = False,
+        channels: Sequence[str] = CHANNELS,
+    ) -> tuple[list[tuple[int, float, dict[str, int]]], bool]:
+        """Top ``k`` memory positions and whether the request named a stored context factor.
+
+        When it did, memories bound to any other factor are left out (a preference for one context
+        is not evidence for a similar one); memories without a factor stay eligible.
+        """
+        words = frozenset(tokenize(query))
+        by_factor = {
+            i
+            for i, fw in enumerate(self._factor_words)
+            if factor_matches(fw, words) or any(q <= fw for q in request_keys if len(q) >= 2)
+        }
+        eligible = [i for i, m in enumerate(self.memories) if include_superseded or m.valid_to is None]
+        if by_factor:
+            eligible = [i for i in eligible if i in by_factor or not self._factor_words[i]]
+        allowed = set(eligible)
+        exact = sorted(
+            (i for i in by_factor if i in allowed), key=lambda i: self.memories[i].valid_from, reverse=True
+        )
+        depth = max(50, len(self.memories))
+        rankings = self._rankings(self._m, len(self.memories), query, qvec, exact, depth)
+        filtered = {c: [i for i in r if i in allowed] for c, r in rankings.items() if c in channels}
+        if not filtered.get("bm25") and not filtered.get("dense") and not filtered.get("exact"):
+            # nothing scored (e.g. no shared words and no embedder): newest eligible memories first
+            filtered = {"recent": sorted(allowed, key=lambda i: self.memories[i].valid_from, reverse=True)}
+        return _fuse(filtered, k), bool(by_factor)
+
+
+def _key(session: StoredSession) -> tuple[float, int]:
+    return (session.timestamp, session.seq)
+
+
+def _fuse(rankings: dict[str, list[int]], k: int) -> list[tuple[int, float, dict[str, int]]]:
+    fused = reciprocal_rank_fusion(list(rankings.values()))[:k]
+    return [(i, score, {c: r.index(i) + 1 for c, r in rankings.items() if i in r}) for i, score in fused]
