@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from personalign import cli_hicupid
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 
@@ -160,10 +161,15 @@ def report(
     ),
 ) -> None:
     """Print and write the paper-style tables (Table 1 and Table 3) for one or more runs."""
+    from personalign.report import hicupid as hicupid_report
     from personalign.report.cupid import build_report, write_report
 
     try:
-        tables = build_report(runs)
+        hicupid_runs = [r for r in runs if hicupid_report.run_benchmark(r) == "hicupid"]
+        cupid_runs = [r for r in runs if r not in hicupid_runs]
+        tables = build_report(cupid_runs) if cupid_runs else {}
+        if hicupid_runs:
+            tables.update(hicupid_report.build_report(hicupid_runs))
     except PersonalignError as exc:
         _fail(exc)
         return
@@ -190,6 +196,9 @@ def validate(
     for instance in dataset.instances:
         counts[instance.instance_type] = counts.get(instance.instance_type, 0) + 1
     typer.echo(json.dumps({"source": dataset.source, "instances": len(dataset.instances), "by_type": counts}))
+
+
+cli_hicupid.register(app, run_app)
 
 
 def main() -> None:

@@ -234,3 +234,49 @@ def make_context(name: str, options: ContextOptions | None = None) -> HistoryCon
     match = _RETRIEVAL_NAME.match(name)
     assert match is not None
     return Retrieval(match.group(1), match.group(2), int(match.group(3)), options)  # type: ignore[arg-type]
+
+
+# --- retrieval quality without any model -------------------------------------------------------
+
+
+def retrieval_hits(
+    histories: dict[int, HiCupidHistory],
+    questions: Sequence[HiCupidQA],
+    method: Method,
+    unit: Unit,
+    ks: Sequence[int],
+    options: ContextOptions | None = None,
+) -> dict[int, dict[str, float | int | None]]:
+    """Hit@k per question type for each k (one ranking per question, cut at every k).
+
+    Returns, per k: ``persona``, ``schedule``, ``multi_info_persona``, ``multi_info_profile``
+    (fractions), ``total`` (the paper's Table A2 weighting) and ``n`` (questions).
+    """
+    from personalign.metrics.hicupid import retrieval_total
+
+    retriever = Retrieval(method, unit, max(ks), options or ContextOptions())
+    rows: dict[int, dict[str, list[float]]] = {
+        k: {"persona": [], "schedule": [], "multi_info_persona": [], "multi_info_profile": []} for k in ks
+    }
+    for qa in questions:
+        ranked = [u.dialogue_id for u in retriever.rank(histories[qa.user_id], qa.question, max(ks))]
+        for k in ks:
+            top = set(ranked[:k])
+            hits = [1.0 if top.intersection(g) else 0.0 for g in qa.gold_groups()]
+            if qa.type == "profile":
+                rows[k]["multi_info_profile"].append(hits[0])
+                rows[k]["multi_info_persona"].append(hits[-1])
+            else:
+                rows[k][qa.type].append(hits[0])
+    out: dict[int, dict[str, float | int | None]] = {}
+    for k, parts in rows.items():
+        means = {name: (sum(v) / len(v) if v else None) for name, v in parts.items()}
+        values = [
+            means["persona"],
+            means["schedule"],
+            means["multi_info_persona"],
+            means["multi_info_profile"],
+        ]
+        total = None if any(v is None for v in values) else retrieval_total(*values)  # type: ignore[arg-type]
+        out[k] = {**means, "total": total, "n": len(questions)}
+    return out
