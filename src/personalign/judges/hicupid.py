@@ -26,8 +26,8 @@ OUTCOME_SCORES: dict[str, float] = {"win": 1.0, "tie": 0.5, "loss": 0.0}
 AB_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "personalization": {"type": "string", "maxLength": 400},
-        "logical_validity": {"type": "string", "maxLength": 400},
+        "personalization": {"type": "string", "maxLength": 240},
+        "logical_validity": {"type": "string", "maxLength": 240},
         "better_response": {"type": "string", "enum": ["A", "B", "Tie"]},
     },
     "required": ["personalization", "logical_validity", "better_response"],
@@ -35,7 +35,7 @@ AB_SCHEMA: dict[str, Any] = {
 SCHEDULE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "personalization": {"type": "string", "maxLength": 400},
+        "personalization": {"type": "string", "maxLength": 240},
         "satisfaction": {"type": "string", "enum": ["YES", "NO"]},
     },
     "required": ["personalization", "satisfaction"],

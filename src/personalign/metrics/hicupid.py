@@ -8,6 +8,7 @@ types are weighted by their counts per user (25 persona, 10 schedule, 5 multi-in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -66,4 +67,10 @@ def bleu(prediction: str, reference: str) -> float:
 
 def rouge_l(prediction: str, reference: str) -> float:
     """ROUGE-L F-measure in [0, 1] (no stemming, as the original's defaults)."""
-    return float(_rouge().score(reference, prediction)["rougeL"].fmeasure)
+    # rouge-score logs through the root logger, which makes logging configure a stderr handler
+    # (and then print other libraries' debug records); leave the root logger as it was.
+    handlers, level = list(logging.root.handlers), logging.root.level
+    try:
+        return float(_rouge().score(reference, prediction)["rougeL"].fmeasure)
+    finally:
+        logging.root.handlers, logging.root.level = handlers, level
