@@ -144,6 +144,10 @@ def run_retrieval_cmd(
     out: Annotated[Path, typer.Option(help="Directory for report.md, report.csv and report.json.")] = Path(
         "report-hicupid-retrieval"
     ),
+    cache: Annotated[
+        Path | None, typer.Option(help="Call cache file; dense vectors are cached next to it.")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache dense vectors.")] = False,
 ) -> None:
     """Hit@k of BM25 and dense retrieval against the gold dialogues, per question type (no model calls)."""
     from typing import cast
@@ -152,9 +156,11 @@ def run_retrieval_cmd(
     from personalign.data.hicupid import load_hicupid
     from personalign.report.cupid import write_report
     from personalign.report.tables import Cell, Table
+    from personalign.runs.hicupid_run import HiCupidRunSettings, embedding_cache_path
     from personalign.types_hicupid import TEST_SPLITS
 
     try:
+        vectors = embedding_cache_path(HiCupidRunSettings(cache_path=cache, use_cache=not no_cache))
         dataset = load_hicupid(data)
         questions = dataset.questions(split or TEST_SPLITS)
         if not questions:
@@ -175,7 +181,7 @@ def run_retrieval_cmd(
                     cast(Method, method),
                     cast(Unit, unit),
                     ks,
-                    ContextOptions(embedder=embedder),  # type: ignore[arg-type]
+                    ContextOptions(embedder=embedder, embedding_cache=vectors),
                 )
                 for k, row in hits.items():
                     name = f"{method} {unit} {k}" + (f" ({embedder})" if method == "dense" else "")

@@ -15,6 +15,7 @@ import hashlib
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -203,13 +204,20 @@ class HiCupidBenchmark:
     name = "hicupid"
 
     def __init__(
-        self, config: HiCupidConfig, models: HiCupidModels, dataset: HiCupidDataset, seed: int
+        self,
+        config: HiCupidConfig,
+        models: HiCupidModels,
+        dataset: HiCupidDataset,
+        seed: int,
+        embedding_cache: Path | None = None,
     ) -> None:
         self.config = config
         self.models = models
         self.dataset = dataset
         self.seed = seed
-        self.context = make_context(config.context, ContextOptions(embedder=config.embedder))
+        self.context = make_context(
+            config.context, ContextOptions(embedder=config.embedder, embedding_cache=embedding_cache)
+        )
         self.few_shot = FewShotPool(dataset.questions(["train"]), seed) if config.shots else None
         self.subject_config = GenerateConfig(
             temperature=config.subject_temperature, max_tokens=config.subject_max_tokens

@@ -17,12 +17,22 @@ object with a ``name`` and an async ``select(history, qa) -> ContextSelection``.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from personalign.errors import ConfigError
-from personalign.retrieval import DEFAULT_EMBEDDER, BM25Index, DenseIndex, Embedder, load_embedder
+from personalign.retrieval import (
+    DEFAULT_EMBEDDER,
+    BM25Index,
+    CachedEmbedder,
+    DenseIndex,
+    Embedder,
+    EmbeddingCache,
+    load_embedder,
+)
 from personalign.types import Message
 from personalign.types_hicupid import HiCupidHistory, HiCupidQA
 
@@ -57,9 +67,12 @@ class ContextSelection:
 
 @dataclass(frozen=True)
 class ContextOptions:
-    """Settings shared by the strategies (recorded in the run's identity)."""
+    """Settings shared by the strategies. ``embedder`` is part of a run's identity; the embedding
+    cache file and the number of per-user indexes kept in memory only change speed."""
 
     embedder: str = DEFAULT_EMBEDDER
+    embedding_cache: Path | None = None
+    max_cached_users: int = 256
 
     def to_record(self) -> dict[str, Any]:
         return {"embedder": self.embedder}
@@ -141,14 +154,20 @@ class GoldDialogues:
 
 @dataclass
 class Retrieval:
-    """BM25 or dense retrieval of utterances or dialogues; indexes are built once per user."""
+    """BM25 or dense retrieval of utterances or dialogues.
+
+    Each user's index is built on first use and kept for the next questions of that user (the most
+    recent ``options.max_cached_users`` users stay in memory).
+    """
 
     method: Method
     unit: Unit
     k: int
     options: ContextOptions = field(default_factory=ContextOptions)
     _embedder: Embedder | None = None
-    _indexes: dict[int, tuple[list[HistoryUnit], BM25Index | DenseIndex]] = field(default_factory=dict)
+    _indexes: OrderedDict[int, tuple[list[HistoryUnit], BM25Index | DenseIndex]] = field(
+        default_factory=OrderedDict
+    )
 
     @property
     def name(self) -> str:
@@ -156,7 +175,10 @@ class Retrieval:
 
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = load_embedder(self.options.embedder)
+            embedder = load_embedder(self.options.embedder)
+            if self.options.embedding_cache is not None:
+                embedder = CachedEmbedder(embedder, EmbeddingCache(self.options.embedding_cache))
+            self._embedder = embedder
         return self._embedder
 
     def index(self, history: HiCupidHistory) -> tuple[list[HistoryUnit], BM25Index | DenseIndex]:
@@ -168,6 +190,10 @@ class Retrieval:
                 BM25Index(texts) if self.method == "bm25" else DenseIndex(self.embedder(), texts)
             )
             cached = self._indexes[history.user_id] = (units, index)
+            while len(self._indexes) > max(1, self.options.max_cached_users):
+                self._indexes.popitem(last=False)
+        else:
+            self._indexes.move_to_end(history.user_id)
         return cached
 
     def rank(self, history: HiCupidHistory, query: str, k: int) -> list[HistoryUnit]:

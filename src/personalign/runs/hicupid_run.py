@@ -241,11 +241,18 @@ def _finished_run(
     return HiCupidRunResult(run_dir, RunOutcome("complete", 0, summary["n_instances"]), summary)
 
 
+def embedding_cache_path(settings: HiCupidRunSettings) -> Path | None:
+    """Dense-retrieval vectors are cached next to the call cache (none with --no-cache)."""
+    if not settings.use_cache:
+        return None
+    return (settings.cache_path or default_cache_path()).parent / "embeddings.sqlite"
+
+
 def _benchmark(
-    config: HiCupidConfig, dataset: HiCupidDataset, factory: ModelFactory, seed: int
+    config: HiCupidConfig, dataset: HiCupidDataset, factory: ModelFactory, settings: HiCupidRunSettings
 ) -> HiCupidBenchmark:
     models = HiCupidModels(subject=factory.get(config.subject), judge=factory.get(config.judge))
-    return HiCupidBenchmark(config, models, dataset, seed)
+    return HiCupidBenchmark(config, models, dataset, settings.seed, embedding_cache_path(settings))
 
 
 def run_hicupid(
@@ -264,7 +271,7 @@ def run_hicupid(
     if not questions:
         raise ConfigError("no questions selected (check --split, --type, --user and --limit)")
     factory = factory or make_factory(settings)
-    benchmark = _benchmark(config, dataset, factory, settings.seed)
+    benchmark = _benchmark(config, dataset, factory, settings)
     benchmark.check(questions)
     manifest = build_manifest(config, dataset, settings, factory)
     run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
@@ -315,7 +322,7 @@ def rescore_hicupid(
     seed = int(manifest.get("seed", settings.seed))
     settings = replace(settings, seed=seed)
     factory = factory or make_factory(settings)
-    benchmark = _benchmark(config, dataset, factory, seed)
+    benchmark = _benchmark(config, dataset, factory, settings)
     new_manifest = build_manifest(config, dataset, settings, factory)
     new_manifest["selection"] = manifest.get("selection")
     new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
