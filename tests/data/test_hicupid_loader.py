@@ -106,3 +106,23 @@ def test_bad_rows_name_file_row_and_field(
 def test_missing_files_are_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no HiCUPID files"):
         load_hicupid(tmp_path)
+
+
+def test_hub_parquet_snapshot_with_nested_metadata(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dialogue, qa = _rows("hicupid_dialogue.jsonl"), _rows("hicupid_qa.jsonl")
+    for row in dialogue:
+        row.pop("split")
+    (tmp_path / "dialogue").mkdir()
+    (tmp_path / "qa").mkdir()
+    pq.write_table(pa.Table.from_pylist(dialogue), tmp_path / "dialogue" / "train-00000-of-00001.parquet")
+    for split in ("train", "test_1", "test_2"):
+        rows = [{k: v for k, v in r.items() if k != "split"} for r in qa if r["split"] == split]
+        # One table per split: struct columns with nulls (profile/schedule) as the hub stores them.
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "qa" / f"{split}-00000-of-00001.parquet")
+    data = load_hicupid(tmp_path)
+    fixture = load_hicupid()
+    assert sorted(data.qa, key=lambda q: q.id) == sorted(fixture.qa, key=lambda q: q.id)
+    assert data.histories == fixture.histories
