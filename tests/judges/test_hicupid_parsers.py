@@ -27,6 +27,11 @@ from personalign.judges.hicupid import (
         ("Better Response: Response A", "A"),
         (json.dumps({"personalization": "x", "logical_validity": "y", "better_response": "B"}), "B"),
         ('```json\n{"personalization": "x", "logical_validity": "y", "better_response": "Tie"}\n```', "Tie"),
+        # Seen from SmolLM2 under a JSON grammar: raw newlines inside strings (not valid JSON).
+        (
+            '{ "personalization": "I\'m not a\n" ,"logical_validity": "Me\n" ,"better_response": "A"}',
+            "A",
+        ),
     ],
 )
 def test_ab_verdict_is_the_token_after_the_colon(text: str, verdict: str) -> None:
@@ -40,6 +45,7 @@ def test_ab_verdict_is_the_token_after_the_colon(text: str, verdict: str) -> Non
         "Better Response: A/B/Tie",  # the template echoed back
         "Better Response: Both are fine",  # neither A, B nor Tie
         "Better Response: A\nBetter Response: B",  # conflicting verdicts
+        '{"better_response": "A", "verdict": "B"}',  # conflicting JSON fields
         json.dumps({"better_response": "C"}),
         "",
     ],
@@ -57,6 +63,7 @@ def test_unparseable_ab_verdicts_raise(text: str) -> None:
         ("Satisfaction: **YES** - it now flags the clash", True),
         ("Satisfaction: No. The answer books it without noticing anything", False),
         (json.dumps({"personalization": "x", "satisfaction": "NO"}), False),
+        ('{"personalization": "line one\nline two", "satisfaction": "YES"}', True),
     ],
 )
 def test_schedule_verdict_is_the_token_after_the_colon(text: str, yes: bool) -> None:

@@ -50,6 +50,11 @@ _YESNO_LINE = re.compile(
     rf"(?im:^[\s>#*_-]*satisfaction{_DECOR}:){_DECOR}(YES|NO|Yes|No|yes|no)(?![A-Za-z0-9/])"
 )
 
+# The verdict field of a JSON answer, read by its key: this also reads answers that are not valid
+# JSON elsewhere (small models under a grammar sometimes put raw newlines inside the rationale).
+_AB_KEY = re.compile(r'"(?:better_response|verdict)"\s*:\s*"\s*(A|B|[Tt][Ii][Ee])\s*"')
+_YESNO_KEY = re.compile(r'"(?:satisfaction|verdict)"\s*:\s*"\s*(YES|NO|Yes|No|yes|no)\s*"')
+
 
 def _single(found: list[str], what: str, text: str) -> str:
     distinct = sorted(set(found))
@@ -73,7 +78,7 @@ def _json_field(text: str, keys: tuple[str, ...], what: str) -> str:
 def parse_ab_verdict(text: str) -> Verdict:
     """The A/B judge's verdict: from a ``Better Response: X`` line, or the JSON field
     ``better_response``. Raises `ParseError` when there is none or they conflict."""
-    found = [m.group(1) for m in _AB_LINE.finditer(text)]
+    found = [m.group(1) for m in _AB_LINE.finditer(text)] or [m.group(1) for m in _AB_KEY.finditer(text)]
     if found:
         token = _single([f.capitalize() if f.lower() == "tie" else f for f in found], "A/B judge", text)
     else:
@@ -87,7 +92,9 @@ def parse_ab_verdict(text: str) -> Verdict:
 def parse_schedule_verdict(text: str) -> bool:
     """The schedule judge's verdict (True = YES): from a ``Satisfaction: YES|NO`` line, or the
     JSON field ``satisfaction``. Raises `ParseError` when there is none or they conflict."""
-    found = [m.group(1).upper() for m in _YESNO_LINE.finditer(text)]
+    found = [m.group(1).upper() for m in _YESNO_LINE.finditer(text)] or [
+        m.group(1).upper() for m in _YESNO_KEY.finditer(text)
+    ]
     if found:
         token = _single(found, "schedule judge", text)
     else:
