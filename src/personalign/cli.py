@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from personalign import cli_benchpres
+from personalign import cli_benchpres, cli_hicupid
 from personalign.cli_memory import register as register_memory
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
@@ -161,19 +161,24 @@ def rescore(
 def report(
     runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
     out: Annotated[
-        Path, typer.Option(help="Directory for report.md/.csv/.json (CUPID) and benchpres.* (BenchPreS).")
+        Path, typer.Option(help="Directory for report.md/.csv/.json (CUPID, HiCUPID) and benchpres.* files.")
     ] = Path("report"),
 ) -> None:
-    """Print and write the paper-style tables (and the BenchPreS plot) for one or more runs."""
+    """Print and write the paper-style tables for one or more runs (CUPID, HiCUPID, BenchPreS)."""
     from personalign.report import benchpres as benchpres_report
+    from personalign.report import hicupid as hicupid_report
     from personalign.report.cupid import build_report, write_report
 
     try:
         kinds = {path: benchpres_report.benchmark_of(path) for path in runs}
         benchpres_runs = [p for p, kind in kinds.items() if kind == "benchpres"]
-        cupid_runs = [p for p, kind in kinds.items() if kind != "benchpres"]
-        if cupid_runs:
-            typer.echo(write_report(build_report(cupid_runs), out))
+        hicupid_runs = [p for p, kind in kinds.items() if kind == "hicupid"]
+        cupid_runs = [p for p, kind in kinds.items() if kind not in ("benchpres", "hicupid")]
+        tables = build_report(cupid_runs) if cupid_runs else {}
+        if hicupid_runs:
+            tables.update(hicupid_report.build_report(hicupid_runs))
+        if tables:
+            typer.echo(write_report(tables, out))
             console.print(f"written to {out}/report.md, report.csv, report.json")
         if benchpres_runs:
             typer.echo(benchpres_report.write_report(benchpres_report.build_report(benchpres_runs), out))
@@ -204,6 +209,7 @@ def validate(
 
 
 cli_benchpres.register(app, run_app)
+cli_hicupid.register(app, run_app)
 register_memory(app, run_app)
 
 

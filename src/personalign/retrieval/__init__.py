@@ -5,6 +5,7 @@ offline embedding model) and rank fusion. Everything here works on plain lists o
 positions into them, so callers keep their own records.
 """
 
+from personalign.retrieval.cache import CachedEmbedder, EmbeddingCache
 from personalign.retrieval.dense import (
     DEFAULT_EMBEDDER,
     DenseIndex,
@@ -21,8 +22,10 @@ from personalign.retrieval.types import Hit, top_k
 __all__ = [
     "DEFAULT_EMBEDDER",
     "BM25Index",
+    "CachedEmbedder",
     "DenseIndex",
     "Embedder",
+    "EmbeddingCache",
     "HashingEmbedder",
     "Hit",
     "MiniLMOnnxEmbedder",

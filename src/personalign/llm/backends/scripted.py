@@ -94,6 +94,24 @@ def default_responder(messages: Sequence[Message], config: GenerateConfig) -> st
         response = user.split("## AI assistant's response", 1)[-1]
         score = 1 + round(9 * min(1.0, 2 * _overlap(system, response)))
         return json.dumps({"analysis": "Scored by wording overlap.", "label": "Partial", "score": score})
+    if name == "ab_verdict":  # HiCUPID A/B judge: the answer sharing more words with the user info wins
+        info = user.split("## The user's question", 1)[0]
+        answer_a = user.split("## Answer A", 1)[-1].split("## Answer B", 1)[0]
+        answer_b = user.split("## Answer B", 1)[-1]
+        a, b = _overlap(info, answer_a), _overlap(info, answer_b)
+        verdict = "Tie" if abs(a - b) < 1e-9 else ("A" if a > b else "B")
+        return json.dumps(
+            {
+                "personalization": "Compared by wording.",
+                "logical_validity": "Both read fine.",
+                "better_response": verdict,
+            }
+        )
+    if name == "schedule_verdict":  # HiCUPID schedule judge: YES when the answer names the existing event
+        event = user.split("## The user's existing event", 1)[-1].split("## The user's request", 1)[0]
+        answer = user.split("## The assistant's answer", 1)[-1]
+        yes = _overlap(event, answer) >= 0.5
+        return json.dumps({"personalization": "Checked by wording.", "satisfaction": "YES" if yes else "NO"})
     if "Most Likely Preference" in user:
         feedback = [line for line in user.splitlines() if line.strip() and not line.startswith("#")]
         guess = feedback[1] if len(feedback) > 1 else "The user prefers concise answers."

