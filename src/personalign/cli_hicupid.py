@@ -35,7 +35,7 @@ def run_hicupid_cmd(
         str,
         typer.Option(
             help="full | gold | bm25-utterance-{5,15,25} | dense-utterance-{5,15,25} | "
-            "bm25-dialogue-{1,3,5} | dense-dialogue-{1,3,5} (any K works)"
+            "bm25-dialogue-{1,3,5} | dense-dialogue-{1,3,5} | memory (k=3) | memory-K (any K works)"
         ),
     ] = "full",
     instruction_role: Annotated[
@@ -135,7 +135,8 @@ def run_hicupid_cmd(
 def run_retrieval_cmd(
     data: Annotated[str, typer.Option(help="'fixture', 'hf[:repo]', or a directory.")] = "fixture",
     retriever: Annotated[
-        list[str] | None, typer.Option("--retriever", help="bm25 | dense (repeatable; default both)")
+        list[str] | None,
+        typer.Option("--retriever", help="bm25 | dense | memory (repeatable; default all three)"),
     ] = None,
     embedder: Annotated[str, typer.Option(help="Dense embedder: minilm, hash, st:<model>.")] = "minilm",
     split: Annotated[
@@ -149,7 +150,8 @@ def run_retrieval_cmd(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache dense vectors.")] = False,
 ) -> None:
-    """Hit@k of BM25 and dense retrieval against the gold dialogues, per question type (no model calls)."""
+    """Hit@k of BM25, dense and memory-engine retrieval against the gold dialogues, per question type
+    (no model calls). The memory engine retrieves whole dialogues (rows at the dialogue-level K)."""
     from typing import cast
 
     from personalign.context.hicupid import PAPER_K, ContextOptions, Method, Unit, retrieval_hits
@@ -171,27 +173,34 @@ def run_retrieval_cmd(
             digits=1,
             scale=100.0,
         )
-        for method in retriever or ["bm25", "dense"]:
-            if method not in ("bm25", "dense"):
-                raise PersonalignError(f"unknown retriever {method!r} (bm25 or dense)")
+        options = ContextOptions(embedder=embedder, embedding_cache=vectors)
+
+        def add_rows(label: str, hits: dict[int, dict[str, float | int | None]]) -> None:
+            for k, row in hits.items():
+                table.rows[label.format(k=k)] = {
+                    "Persona": Cell(row["persona"]),
+                    "Schedule": Cell(row["schedule"]),
+                    "Multi-Info Persona": Cell(row["multi_info_persona"]),
+                    "Multi-Info Profile": Cell(row["multi_info_profile"]),
+                    "Total": Cell(row["total"], None, int(row["n"] or 0)),
+                }
+
+        for method in retriever or ["bm25", "dense", "memory"]:
+            if method not in ("bm25", "dense", "memory"):
+                raise PersonalignError(f"unknown retriever {method!r} (bm25, dense or memory)")
+            if method == "memory":
+                from personalign.memory.hicupid import evaluate_hicupid
+
+                result = evaluate_hicupid(
+                    dataset.histories, questions, ks=PAPER_K["dialogue"], options=options, methods=["memory"]
+                )
+                add_rows(f"memory dialogue {{k}} ({embedder})", result["methods"]["memory"])
+                continue
             for unit, ks in PAPER_K.items():
                 hits = retrieval_hits(
-                    dataset.histories,
-                    questions,
-                    cast(Method, method),
-                    cast(Unit, unit),
-                    ks,
-                    ContextOptions(embedder=embedder, embedding_cache=vectors),
+                    dataset.histories, questions, cast(Method, method), cast(Unit, unit), ks, options
                 )
-                for k, row in hits.items():
-                    name = f"{method} {unit} {k}" + (f" ({embedder})" if method == "dense" else "")
-                    table.rows[name] = {
-                        "Persona": Cell(row["persona"]),
-                        "Schedule": Cell(row["schedule"]),
-                        "Multi-Info Persona": Cell(row["multi_info_persona"]),
-                        "Multi-Info Profile": Cell(row["multi_info_profile"]),
-                        "Total": Cell(row["total"], None, int(row["n"] or 0)),
-                    }
+                add_rows(f"{method} {unit} {{k}}" + (f" ({embedder})" if method == "dense" else ""), hits)
     except PersonalignError as exc:
         _fail(exc)
         return

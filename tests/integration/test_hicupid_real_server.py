@@ -60,15 +60,20 @@ def test_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
         scores = [r.results["qa"].scores for r in records.values() if r.results["qa"].status == "ok"]
         assert all(s["outcome"] in ("win", "tie", "loss") and 0.0 <= s["hit"] <= 1.0 for s in scores)
 
-        # A persona question judged A/B with text verdict lines, parsed by the anchored parser.
+        # A persona question judged A/B with text verdict lines, parsed by the anchored parser; its
+        # history is the one dialogue the memory engine retrieves (`--context memory-1`).
         text_judge = run_hicupid(
-            replace(config, judge_format="text"),
+            replace(config, judge_format="text", context="memory-1"),
             replace(settings, run_dir=tmp_path / "text", types=("persona",), limit=1),
         )
         for record in RunDir(tmp_path / "text").records().values():
+            context = record.steps["context"].parsed
+            assert context["strategy"] == "memory-1" and len(context["ranked_dialogue_ids"]) == 1
+            assert record.steps["answer"].prompt_tokens > 0
             step = record.steps["judge"]
             assert step.status == "ok" or "unparseable output" in (step.error or "")
         assert text_judge.summary["qa"]["n_scored"] + text_judge.summary["qa"]["n_errors"] == 1
+        assert RunDir(tmp_path / "text").read_manifest()["identity"]["context_settings"]["k"] == 1
 
         # A whole history longer than the server's context is an error record, never a truncation.
         bloated = _bloat(FIXTURES_DIR, tmp_path / "bloated", repeat=30)

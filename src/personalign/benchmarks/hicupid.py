@@ -25,6 +25,7 @@ from personalign.context.hicupid import (
     ContextSelection,
     check_context,
     hit_at_k,
+    hit_groups,
     make_context,
 )
 from personalign.data.hicupid import HiCupidDataset
@@ -366,10 +367,8 @@ class HiCupidBenchmark:
             "rouge_l": rouge_l(answer, qa.personalized_answer),
         }
         if ranked is not None:
-            groups = qa.gold_groups()
-            top = set(ranked)
             scores["hit"] = hit_at_k(ranked, qa, len(ranked)) if ranked else 0.0
-            scores["hit_groups"] = [1.0 if top.intersection(g) else 0.0 for g in groups]
+            scores["hit_groups"] = hit_groups(ranked, qa, len(ranked))
         record.steps = steps.steps
         record.results = {TASK: TaskResult(status="ok", scores=scores)}
         return record

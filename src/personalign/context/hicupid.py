@@ -6,7 +6,9 @@ Each strategy is a named entry of a registry (`HICUPID_CONTEXTS`), built by `mak
 - ``gold``: only the question's gold dialogues (the paper's ablation, `--relevant`);
 - ``bm25-utterance-K`` / ``dense-utterance-K`` (K in 5, 15, 25): the K best rounds, found by
   indexing the *user* turns only and returning each (user, assistant) round;
-- ``bm25-dialogue-K`` / ``dense-dialogue-K`` (K in 1, 3, 5): the K best whole dialogues.
+- ``bm25-dialogue-K`` / ``dense-dialogue-K`` (K in 1, 3, 5): the K best whole dialogues;
+- ``memory`` / ``memory-K``: the K dialogues the memory engine retrieves (K = 3 for ``memory``; see
+  :mod:`personalign.memory.hicupid`).
 
 Retrieved units are always re-sorted chronologically before they are shown. Any positive K is
 accepted; the paper's values are the registered names. Other strategies (e.g. the memory engine)
@@ -122,15 +124,20 @@ def flatten(units: Sequence[HistoryUnit]) -> tuple[Message, ...]:
     return tuple(m for u in units for m in u.messages)
 
 
+def hit_groups(ranked_dialogue_ids: Sequence[int], qa: HiCupidQA, k: int) -> list[float]:
+    """Per gold group (see ``HiCupidQA.gold_groups``): 1.0 when one of its dialogues is in the top k."""
+    top = set(ranked_dialogue_ids[:k])
+    return [1.0 if top.intersection(g) else 0.0 for g in qa.gold_groups()]
+
+
 def hit_at_k(ranked_dialogue_ids: Sequence[int], qa: HiCupidQA, k: int) -> float:
     """Hit@k: does any gold dialogue appear among the top-k retrieved units?
 
     For multi-info (`profile`) questions this is the mean of two hits, one for the profile
     dialogues and one for the persona dialogue, as in the original code.
     """
-    top = set(ranked_dialogue_ids[:k])
-    groups = qa.gold_groups()
-    return sum(1.0 for g in groups if top.intersection(g)) / len(groups)
+    hits = hit_groups(ranked_dialogue_ids, qa, k)
+    return sum(hits) / len(hits)
 
 
 # --- strategies --------------------------------------------------------------------------------
@@ -210,9 +217,19 @@ class Retrieval:
         )
 
 
+def _memory(k: int | None) -> ContextFactory:
+    def factory(options: ContextOptions) -> HistoryContext:
+        from personalign.memory.hicupid import MEMORY_K, MemoryContext
+
+        return MemoryContext(MEMORY_K if k is None else k, options)
+
+    return factory
+
+
 HICUPID_CONTEXTS: dict[str, ContextFactory] = {
     "full": lambda options: FullHistory(),
     "gold": lambda options: GoldDialogues(),
+    "memory": _memory(None),
 }
 
 
@@ -226,6 +243,7 @@ for _method in ("bm25", "dense"):
             HICUPID_CONTEXTS[f"{_method}-{_unit}-{_k}"] = _retrieval_factory(_method, _unit, _k)  # type: ignore[arg-type]
 
 _RETRIEVAL_NAME = re.compile(r"^(bm25|dense)-(utterance|dialogue)-([1-9][0-9]*)$")
+_MEMORY_NAME = re.compile(r"^memory(?:-([1-9][0-9]*))?$")
 
 
 def register_context(name: str, factory: ContextFactory) -> None:
@@ -236,7 +254,31 @@ def register_context(name: str, factory: ContextFactory) -> None:
 
 
 def is_retrieval(name: str) -> bool:
-    return bool(_RETRIEVAL_NAME.match(name))
+    """Strategies that rank dialogues (their runs report Hit@k)."""
+    return bool(_RETRIEVAL_NAME.match(name) or _MEMORY_NAME.match(name))
+
+
+def memory_k(name: str) -> int | None:
+    """K of a ``memory``/``memory-K`` name (None for other strategies)."""
+    match = _MEMORY_NAME.match(name)
+    if match is None:
+        return None
+    if match.group(1) is None:
+        from personalign.memory.hicupid import MEMORY_K
+
+        return MEMORY_K
+    return int(match.group(1))
+
+
+def context_settings(name: str, options: ContextOptions) -> dict[str, Any] | None:
+    """Settings of a strategy beyond its name that define its results (None when there are none);
+    the memory strategy's k, embedder and retrieval configuration."""
+    k = memory_k(name)
+    if k is None:
+        return None
+    from personalign.memory.hicupid import memory_settings
+
+    return memory_settings(k, options.embedder)
 
 
 def context_names() -> list[str]:
@@ -244,10 +286,10 @@ def context_names() -> list[str]:
 
 
 def check_context(name: str) -> None:
-    if name not in HICUPID_CONTEXTS and not _RETRIEVAL_NAME.match(name):
+    if name not in HICUPID_CONTEXTS and not _RETRIEVAL_NAME.match(name) and not _MEMORY_NAME.match(name):
         raise ConfigError(
             f"unknown HiCUPID context {name!r} (known: {', '.join(HICUPID_CONTEXTS)}, "
-            "or bm25|dense-utterance|dialogue-K)"
+            "bm25|dense-utterance|dialogue-K or memory-K)"
         )
 
 
@@ -257,6 +299,8 @@ def make_context(name: str, options: ContextOptions | None = None) -> HistoryCon
     options = options or ContextOptions()
     if name in HICUPID_CONTEXTS:
         return HICUPID_CONTEXTS[name](options)
+    if _MEMORY_NAME.match(name):
+        return _memory(memory_k(name))(options)
     match = _RETRIEVAL_NAME.match(name)
     assert match is not None
     return Retrieval(match.group(1), match.group(2), int(match.group(3)), options)  # type: ignore[arg-type]
@@ -278,17 +322,32 @@ def retrieval_hits(
     Returns, per k: ``persona``, ``schedule``, ``multi_info_persona``, ``multi_info_profile``
     (fractions), ``total`` (the paper's Table A2 weighting) and ``n`` (questions).
     """
+    retriever = Retrieval(method, unit, max(ks), options or ContextOptions())
+    return hits_by_type(
+        lambda history, qa, k: [u.dialogue_id for u in retriever.rank(history, qa.question, k)],
+        histories,
+        questions,
+        ks,
+    )
+
+
+def hits_by_type(
+    rank: Callable[[HiCupidHistory, HiCupidQA, int], list[int]],
+    histories: dict[int, HiCupidHistory],
+    questions: Sequence[HiCupidQA],
+    ks: Sequence[int],
+) -> dict[int, dict[str, float | int | None]]:
+    """Hit@k per question type for any ranker (dialogue ids, best first; called once per question
+    with the largest k, the ranking cut at every k). Returned as :func:`retrieval_hits` describes."""
     from personalign.metrics.hicupid import retrieval_total
 
-    retriever = Retrieval(method, unit, max(ks), options or ContextOptions())
     rows: dict[int, dict[str, list[float]]] = {
         k: {"persona": [], "schedule": [], "multi_info_persona": [], "multi_info_profile": []} for k in ks
     }
     for qa in questions:
-        ranked = [u.dialogue_id for u in retriever.rank(histories[qa.user_id], qa.question, max(ks))]
+        ranked = rank(histories[qa.user_id], qa, max(ks))
         for k in ks:
-            top = set(ranked[:k])
-            hits = [1.0 if top.intersection(g) else 0.0 for g in qa.gold_groups()]
+            hits = hit_groups(ranked, qa, k)
             if qa.type == "profile":
                 rows[k]["multi_info_profile"].append(hits[0])
                 rows[k]["multi_info_persona"].append(hits[-1])

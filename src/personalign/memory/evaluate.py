@@ -34,12 +34,6 @@ def approx_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
-def hit_at_k(retrieved: Sequence[Any], gold: Iterable[Any], k: int) -> float:
-    """1.0 when any gold item is among the first ``k`` retrieved, else 0.0 (HiCUPID-style Hit@k)."""
-    gold_set = set(gold)
-    return 1.0 if any(item in gold_set for item in retrieved[:k]) else 0.0
-
-
 @dataclass(frozen=True)
 class InstanceScore:
     instance_id: str

@@ -17,6 +17,7 @@ from personalign.benchmarks.hicupid import (
     prompt_hashes,
     summarize,
 )
+from personalign.context.hicupid import ContextOptions, context_settings
 from personalign.data.hicupid import HiCupidDataset, describe_source, load_hicupid
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
@@ -87,13 +88,17 @@ def _slug(text: str) -> str:
 def hicupid_identity(config: HiCupidConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
     models = {role: parse_model_spec(getattr(config, role)).label for role in ROLES}
     cfg = {k: v for k, v in config.to_record().items() if k not in models}
-    return {
+    identity: dict[str, Any] = {
         "benchmark": "hicupid",
         "config": cfg,
         "models": models,
         "data": {"source": source, "sha256": sha256},
         "seed": seed,
     }
+    settings = context_settings(config.context, ContextOptions(embedder=config.embedder))
+    if settings is not None:  # only strategies with settings beyond their name (identities stay stable)
+        identity["context_settings"] = settings
+    return identity
 
 
 def build_manifest(
