@@ -1,0 +1,155 @@
+"""Scripted answers to the synthesis prompts, for `scripted/...` models (tests and dry runs).
+
+Answers are valid for the requested schema and derived deterministically from the prompt, so
+a dry run produces well-formed (if bland) data and exercises every stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from personalign.llm.types import GenerateConfig
+from personalign.synth.taxonomy import FACTOR_TYPES, PREFERENCE_TYPES, TASK_TYPES
+from personalign.types import Message
+
+STYLES = (
+    "use numbered steps",
+    "stay under five sentences",
+    "open with a one-line summary",
+    "avoid technical jargon",
+    "cite a source for every claim",
+    "end with a checklist",
+    "use a warm, informal tone",
+    "use formal language",
+)
+
+
+def _h(text: str) -> int:
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def _field(text: str, name: str) -> str:
+    match = re.search(rf"^{re.escape(name)}:\s*(.*)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else ""
+
+
+def _pick(options: Sequence[str], key: str, offset: int = 0) -> str:
+    return options[(_h(key) + offset) % len(options)]
+
+
+def _persona(user: str, config: GenerateConfig) -> dict[str, Any]:
+    first = ("Ana", "Ben", "Chen", "Dara", "Eli", "Femi", "Gita", "Hugo")
+    occupation = _field(user, "Occupation") or "professional"
+    name = f"{_pick(first, user)} {_pick(('Lopez', 'Okafor', 'Sato', 'Berg', 'Novak'), user, 3)}"
+    description = (
+        f"{name} works as a {occupation}. {_field(user, 'Starting point')} They are "
+        f"{_field(user, 'Career level').split('/')[0].lower()} and decide in a "
+        f"{_field(user, 'Decision-making style').lower()} way. They value "
+        f"{_field(user, 'Values they care about most').lower()}. They use an AI assistant every week. "
+        "They are busy and want help that fits each situation."
+    )
+    return {"name": name, "description": description}
+
+
+def _factor(key: str, k: int, with_type: bool) -> dict[str, Any]:
+    nouns = ("board", "client", "team", "report", "workshop", "archive", "clinic", "festival", "ledger")
+    place = _pick(("North", "Harbor", "Cedar", "Summit", "River"), key, k)
+    factor = f"{place} {nouns[(_h(key) + 7 * k) % len(nouns)]} {k + 1}"
+    row: dict[str, Any] = {
+        "background": f"The user deals with {factor} regularly and it shapes their work.",
+        "factor": factor,
+        "task_types": [TASK_TYPES[(_h(key) + k) % len(TASK_TYPES)]],
+        "preference_type": PREFERENCE_TYPES[(_h(key) + 3 * k) % len(PREFERENCE_TYPES)],
+        "preference": f"Anything for {factor} must {STYLES[(_h(key) + k) % len(STYLES)]}.",
+    }
+    if with_type:
+        row = {"background": row.pop("background"), "factor_type": FACTOR_TYPES[k % len(FACTOR_TYPES)], **row}
+    return row
+
+
+def _factors(user: str, config: GenerateConfig) -> dict[str, Any]:
+    assert config.json_schema is not None
+    n = int(config.json_schema["properties"]["factors"]["minItems"])
+    first = _factor(user, n, False)
+    second = _factor(user, n + 1, False)
+    first["preference"] = f"Anything for {first['factor']} must be long, detailed and formal."
+    second["preference"] = f"Anything for {second['factor']} must be short, casual and playful."
+    return {
+        "factors": [_factor(user, k, True) for k in range(n)],
+        "contrastive_pair": {"factor_type": FACTOR_TYPES[0], "first": first, "second": second},
+    }
+
+
+def _changed(user: str, config: GenerateConfig) -> dict[str, Any]:
+    factor = _field(user, "Context factor")
+    style = _pick(STYLES, user, 5)
+    return {
+        "preference_type": _pick(PREFERENCE_TYPES, user),
+        "preference": f"Now, help with {factor} should {style}.",
+    }
+
+
+def _session(user: str, config: GenerateConfig) -> dict[str, Any]:
+    factor = _field(user, "Context factor")
+    preference = _field(user, "The user's preference")
+    episode = re.search(r"^Episode (\d+)", user, re.MULTILINE)
+    number = episode.group(1) if episode else "1"
+    tasks = [t.strip() for t in _field(user, "Suitable task types").split(",") if t.strip()] or [
+        TASK_TYPES[0]
+    ]
+    request = f"I am working on something for {factor} (episode {number}). Can you help me draft it?"
+    return {
+        "task_type": tasks[0] if tasks[0] in TASK_TYPES else TASK_TYPES[0],
+        "story": f"In episode {number} the user prepares material for {factor}.",
+        "request_with_factor_and_preference": f"{request} {preference}",
+        "request_with_factor": request,
+        "resource": "" if _h(user) % 3 else f"Notes for {factor}: draft v{number}.",
+    }
+
+
+def _user_turn(user: str, config: GenerateConfig) -> dict[str, Any]:
+    assert config.json_schema is not None
+    n = int(config.json_schema["properties"]["evaluations"]["minItems"])
+    replies = user.count("[AI assistant]")
+    done = replies >= 2
+    return {
+        "evaluations": [{"item": i, "met": done or i == 1} for i in range(1, n + 1)],
+        "score": 10 if done else 5 + replies,
+        "hinted_items": [] if done else [min(2, n)],
+        "message": "Thanks, this works for me." if done else "This is not quite what I can use here.",
+    }
+
+
+def _leak(user: str, config: GenerateConfig) -> dict[str, Any]:
+    preference = _field(user, "Hidden preference")
+    request = user.split("Request:", 1)[-1]
+    leaked = bool(preference) and preference.lower().rstrip(".") in request.lower()
+    return {"states_preference": leaked, "evidence": preference[:80] if leaked else ""}
+
+
+RESPONDERS: dict[str, Callable[[str, GenerateConfig], dict[str, Any]]] = {
+    "synth_persona": _persona,
+    "synth_factors": _factors,
+    "synth_changed_preference": _changed,
+    "synth_session": _session,
+    "synth_user_turn": _user_turn,
+    "synth_leak_check": _leak,
+}
+
+
+def register(name: str, responder: Callable[[str, GenerateConfig], dict[str, Any]]) -> None:
+    RESPONDERS[name] = responder
+
+
+def respond(messages: Sequence[Message], config: GenerateConfig) -> str:
+    """The scripted answer to a synthesis prompt (by its schema name)."""
+    user = next((m.content for m in messages if m.role == "user"), "")
+    return json.dumps(RESPONDERS[config.schema_name](user, config))
+
+
+def handles(config: GenerateConfig) -> bool:
+    return config.json_schema is not None and config.schema_name in RESPONDERS
