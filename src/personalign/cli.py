@@ -10,12 +10,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from personalign.cli_synth import register as register_synth
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
+register_synth(app, run_app)
 console = Console(stderr=True)
 
 ModelOpt = Annotated[

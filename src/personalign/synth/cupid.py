@@ -436,38 +436,29 @@ SESSION_SCHEMA: dict[str, Any] = {
 }
 
 
-class ItemVerdict(_Out):
-    item: int
-    met: bool
-
-
 class UserTurnOut(_Out):
-    evaluations: list[ItemVerdict]
+    met: list[bool]
     score: int = Field(ge=1, le=10)
     hinted_items: list[int] = Field(default_factory=list)
     message: str = Field(min_length=1, max_length=2000)
 
 
 def user_turn_schema(n_items: int) -> dict[str, Any]:
-    item = {"type": "integer", "enum": list(range(1, n_items + 1))}
+    """One verdict per checklist item, in order (positions, not numbers: weak models repeat
+    numbers), the 1-10 score, the items hinted at, and the user's next message."""
     return {
         "type": "object",
         "properties": {
-            "evaluations": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"item": item, "met": {"type": "boolean"}},
-                    "required": ["item", "met"],
-                },
-                "minItems": n_items,
-                "maxItems": n_items,
-            },
+            "met": {"type": "array", "items": {"type": "boolean"}, "minItems": n_items, "maxItems": n_items},
             "score": {"type": "integer", "enum": list(range(1, 11))},
-            "hinted_items": {"type": "array", "items": item, "maxItems": 2},
+            "hinted_items": {
+                "type": "array",
+                "items": {"type": "integer", "enum": list(range(1, n_items + 1))},
+                "maxItems": 2,
+            },
             "message": _text(500),
         },
-        "required": ["evaluations", "score", "hinted_items", "message"],
+        "required": ["met", "score", "hinted_items", "message"],
     }
 
 
@@ -476,14 +467,17 @@ def parse_user_turn(n_items: int) -> Callable[[str], dict[str, Any]]:
 
     def parse(text: str) -> dict[str, Any]:
         out = base(text)
-        items = sorted(v.item for v in out.evaluations)
-        if items != list(range(1, n_items + 1)):
-            raise ParseError(f"user simulator: evaluations cover items {items}, expected 1..{n_items}")
+        if len(out.met) != n_items:
+            raise ParseError(f"user simulator: {len(out.met)} verdicts for {n_items} checklist items")
         if any(not 1 <= i <= n_items for i in out.hinted_items):
             raise ParseError(f"user simulator: hinted_items {out.hinted_items} outside 1..{n_items}")
         if not out.message.strip():
             raise ParseError("user simulator: empty message")
-        return {**out.model_dump(), "message": out.message.strip()}
+        return {
+            **out.model_dump(),
+            "hinted_items": sorted(set(out.hinted_items)),
+            "message": out.message.strip(),
+        }
 
     return parse
 

@@ -212,7 +212,7 @@ def write_outputs(
     failed = []
     for state in states:
         if state.status != "ok":
-            failed.append({"persona_id": state.unit_id, "stage": state.failed_stage, "error": state.error})
+            failed.append({"id": state.unit_id, "stage": state.failed_stage, "error": state.error})
             report[state.unit_id] = {"status": "failed", "stage": state.failed_stage, "error": state.error}
             continue
         problems = check_persona(state, config.n_prior, config.leak_threshold)
@@ -246,11 +246,11 @@ def write_outputs(
         "pipeline": "cupid",
         "finished": now(),
         "status": "complete" if not failed else "complete_with_errors",
-        "n_personas": len(states),
+        "n_units": len(states),
         "generated": len(states) - len(failed),
         "passed_validation": len(states) - len(failed) - len(rejected),
         "failed": failed,
-        "rejected": [{"persona_id": r["persona_id"], "problems": r["problems"]} for r in rejected],
+        "rejected": [{"id": r["persona_id"], "problems": r["problems"]} for r in rejected],
         "instances_written": len(passed),
         "instances_by_type": dict(Counter(i["instance_type"] for i in passed)),
         "dialogues": {
@@ -260,11 +260,10 @@ def write_outputs(
             else 0,
             "satisfied": sum(1 for d in dialogues if d["is_satisfied"]),
         },
-        "files": {
-            "instances": "cupid.jsonl",
-            "rejected": "rejected.jsonl",
-            "raw": "raw/",
-            "validation": "validation.json",
+        "written": {
+            "cupid.jsonl": f"{len(passed)} instances in the official CUPID schema",
+            "rejected.jsonl": f"{len(rejected)} personas that failed validation",
+            "raw/": "personas.json and data/<persona_id>.json in the CUPID-Raw layout",
         },
         "usage": usage,
     }

@@ -113,11 +113,11 @@ def _session(user: str, config: GenerateConfig) -> dict[str, Any]:
 
 def _user_turn(user: str, config: GenerateConfig) -> dict[str, Any]:
     assert config.json_schema is not None
-    n = int(config.json_schema["properties"]["evaluations"]["minItems"])
+    n = int(config.json_schema["properties"]["met"]["minItems"])
     replies = user.count("[AI assistant]")
     done = replies >= 2
     return {
-        "evaluations": [{"item": i, "met": done or i == 1} for i in range(1, n + 1)],
+        "met": [done or i == 1 for i in range(1, n + 1)],
         "score": 10 if done else 5 + replies,
         "hinted_items": [] if done else [min(2, n)],
         "message": "Thanks, this works for me." if done else "This is not quite what I can use here.",
