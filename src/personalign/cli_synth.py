@@ -145,7 +145,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             )
             factory = _factory(cache, no_cache, max_cost, prices)
             console.print(
-                f"synth cupid: generator [bold]{config.generator}[/], user simulator {config.user_simulator}, "
+                f"synth cupid: generator [bold]{config.generator}[/], "
+                f"user simulator {config.user_simulator}, "
                 f"assistant {config.assistant}, decomposer {config.decomposer}, "
                 f"leak judge {config.leak_judge or '(lexical only)'}; {personas} personas -> {out}"
             )
