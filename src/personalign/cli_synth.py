@@ -163,3 +163,57 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             _fail(exc)
             return
         print_summary(result.summary, out)
+
+    @synth_app.command("hicupid")
+    def synth_hicupid(
+        out: OutOpt = Path("synth/hicupid"),
+        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        users: Annotated[int, typer.Option(help="Number of users.")] = 2,
+        personas: Annotated[
+            int, typer.Option(help="Persona items per user (one per dimension, <= 25).")
+        ] = 25,
+        schedules: Annotated[int, typer.Option(help="Schedules per user.")] = 10,
+        multi: Annotated[int, typer.Option(help="Multi-info (persona + profile) questions per user.")] = 5,
+        rounds: Annotated[int, typer.Option(help="Rounds per persona dialogue.")] = 10,
+        seeds: Annotated[
+            Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
+        ] = None,
+        length_scale: LengthOpt = None,
+        seed: SeedOpt = 0,
+        concurrency: ConcurrencyOpt = 2,
+        cache: CacheOpt = None,
+        no_cache: NoCacheOpt = False,
+        max_cost: MaxCostOpt = None,
+        prices: PricesOpt = None,
+        progress: ProgressOpt = True,
+    ) -> None:
+        """HiCUPID-style users, dialogues and QA (dialogue.jsonl, qa.jsonl in the official schema)."""
+        from personalign.synth.hicupid import HicupidSynthConfig, synthesize_hicupid
+
+        try:
+            config = HicupidSynthConfig(
+                generator=generator,
+                n_users=users,
+                n_personas=personas,
+                n_schedules=schedules,
+                n_multi=multi,
+                persona_rounds=rounds,
+                seed=seed,
+                seeds_file=str(seeds) if seeds else None,
+                length_scale=length_scale,
+            )
+            factory = _factory(cache, no_cache, max_cost, prices)
+            console.print(f"synth hicupid: generator [bold]{config.generator}[/]; {users} users -> {out}")
+            result = _with_progress(
+                users,
+                "synth hicupid",
+                factory,
+                progress,
+                lambda on_done: synthesize_hicupid(
+                    config, out, factory, concurrency=concurrency, on_done=on_done
+                ),
+            )
+        except PersonalignError as exc:
+            _fail(exc)
+            return
+        print_summary(result.summary, out)

@@ -44,3 +44,14 @@ def test_synth_cupid_command_writes_loadable_data_and_resumes(tmp_path: Path) ->
 def test_synth_cupid_rejects_impossible_sizes(tmp_path: Path) -> None:
     result = runner.invoke(app, ["synth", "cupid", "--out", str(tmp_path), "--sessions", "7"])
     assert result.exit_code == 2 and "n_sessions" in result.output
+
+
+def test_synth_hicupid_command(tmp_path: Path) -> None:
+    out = tmp_path / "h"
+    args = ["synth", "hicupid", "--out", str(out), "-g", "scripted/g", "--users", "2", "--personas", "4",
+            "--schedules", "2", "--multi", "1", "--rounds", "2", "--no-cache", "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2/2 users generated, 2 passed validation" in result.output
+    qa = [json.loads(line) for line in (out / "qa.jsonl").read_text().splitlines()]
+    assert len(qa) == 2 * (4 + 1 + 2)

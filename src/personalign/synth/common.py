@@ -9,6 +9,7 @@ call cache answers whatever a killed stage had already asked.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -254,3 +255,40 @@ def balanced_pick(
         choice = rng.choice([o for o in pool if counts.get(o, 0) == low])
         chosen.append(choice)
     return chosen
+
+
+async def run_units(
+    units: Sequence[Any],
+    work: Callable[[Any], Any],
+    *,
+    concurrency: int,
+    on_done: Callable[[UnitState], None] | None = None,
+) -> list[UnitState]:
+    """Run `work` over the units, `concurrency` at a time; on interruption, cancel the rest
+    (finished units and stages are already on disk) and re-raise."""
+    semaphore = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(unit: Any) -> UnitState:
+        async with semaphore:
+            state: UnitState = await work(unit)
+            if on_done is not None:
+                on_done(state)
+            return state
+
+    tasks = [asyncio.ensure_future(one(u)) for u in units]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write rows as JSON lines atomically (a temp file, then rename)."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)

@@ -41,6 +41,7 @@ from personalign.synth.common import (
     json_config,
     open_output,
     parse_model,
+    run_units,
     scale_lengths,
     slug,
 )
@@ -920,34 +921,6 @@ def build_models(config: CupidSynthConfig, factory: ModelFactory) -> CupidModels
         decomposer=factory.get(config.decomposer),
         leak_judge=factory.get(config.leak_judge) if config.leak_judge else None,
     )
-
-
-async def run_units(
-    units: Sequence[Any],
-    work: Callable[[Any], Any],
-    *,
-    concurrency: int,
-    on_done: Callable[[UnitState], None] | None = None,
-) -> list[UnitState]:
-    """Run `work` over the units, `concurrency` at a time; on interruption, cancel the rest
-    (finished units and stages are already on disk) and re-raise."""
-    semaphore = asyncio.Semaphore(max(1, concurrency))
-
-    async def one(unit: Any) -> UnitState:
-        async with semaphore:
-            state: UnitState = await work(unit)
-            if on_done is not None:
-                on_done(state)
-            return state
-
-    tasks = [asyncio.ensure_future(one(u)) for u in units]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 def synthesize_cupid(

@@ -10,7 +10,6 @@ verdict. A persona that fails any check is reported and its instances are writte
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from pydantic import ValidationError
 
 from personalign.runs.manifest import now
 from personalign.runs.store import write_json
-from personalign.synth.common import UnitState, slug, words
+from personalign.synth.common import UnitState, slug, words, write_jsonl
 from personalign.types import INSTANCE_TYPES, CupidInstance
 
 if TYPE_CHECKING:
@@ -232,8 +231,8 @@ def write_outputs(
         else:
             passed.extend(instances)
     write_json(out / "raw" / "personas.json", personas)
-    _write_jsonl(out / "cupid.jsonl", passed)
-    _write_jsonl(out / "rejected.jsonl", rejected)
+    write_jsonl(out / "cupid.jsonl", passed)
+    write_jsonl(out / "rejected.jsonl", rejected)
     write_json(out / "validation.json", report)
     dialogues = [
         v
@@ -269,14 +268,6 @@ def write_outputs(
     }
     write_json(out / "summary.json", summary)
     return summary
-
-
-def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 __all__ = ["check_persona", "content_words", "lexical_leak", "slug", "write_outputs"]

@@ -131,6 +131,66 @@ def _leak(user: str, config: GenerateConfig) -> dict[str, Any]:
     return {"states_preference": leaked, "evidence": preference[:80] if leaked else ""}
 
 
+def _lines(user: str) -> list[str]:
+    return re.findall(r"^\d+\. (.*)$", user, re.MULTILINE)
+
+
+def _h_profile(user: str, config: GenerateConfig) -> dict[str, Any]:
+    seed = _field(user, "Description")
+    words = [w.strip(".,").lower() for w in seed.split()]
+    occupation = words[1] if len(words) > 1 else "worker"
+    return {
+        "age": 25 + _h(user) % 40,
+        "gender": _pick(("female", "male", "non-binary"), user),
+        "personality": _pick(("calm and careful", "outgoing and curious", "quiet and thorough"), user, 1),
+        "occupation": occupation,
+        "income_range": _pick(("$30,000-$50,000", "$50,000-$80,000", "$80,000-$120,000"), user, 2),
+    }
+
+
+def _h_personas(user: str, config: GenerateConfig) -> dict[str, Any]:
+    things = ("Zephyr", "Quasar", "Nimbus", "Tundra", "Saffron", "Cobalt", "Juniper", "Marlow")
+    return {
+        "entities": [f"{_pick(things, line, k)} {line.split(':')[0]}" for k, line in enumerate(_lines(user))]
+    }
+
+
+def _h_schedules(user: str, config: GenerateConfig) -> dict[str, Any]:
+    events = ("dentist appointment", "team budget review", "piano lesson", "school pickup", "yoga class")
+    return {"events": [f"{_pick(events, line, k)} #{k + 1}" for k, line in enumerate(_lines(user))]}
+
+
+def _h_persona_dialogue(user: str, config: GenerateConfig) -> dict[str, Any]:
+    assert config.json_schema is not None
+    n = int(config.json_schema["properties"]["turns"]["minItems"])
+    trait = _field(user, "Trait")
+    return {
+        "turns": [
+            {
+                "user": f"Round {k + 1}: something came up, {trait[9:60]}.",
+                "assistant": f"Noted, reply {k + 1}.",
+            }
+            for k in range(n)
+        ]
+    }
+
+
+def _h_single(user: str, config: GenerateConfig) -> dict[str, Any]:
+    return {
+        "user": f"Can you help? By the way, {_field(user, 'Fact to mention')}.",
+        "assistant": "Of course.",
+    }
+
+
+def _h_qa(user: str, config: GenerateConfig) -> dict[str, Any]:
+    n = _h(user) % 1000
+    return {
+        "question": f"What would you suggest I do this weekend? (q{n})",
+        "personalized_answer": "Given what you told me before, here is a plan that fits you.",
+        "general_answer": "Here are some popular options that suit most people.",
+    }
+
+
 RESPONDERS: dict[str, Callable[[str, GenerateConfig], dict[str, Any]]] = {
     "synth_persona": _persona,
     "synth_factors": _factors,
@@ -138,6 +198,12 @@ RESPONDERS: dict[str, Callable[[str, GenerateConfig], dict[str, Any]]] = {
     "synth_session": _session,
     "synth_user_turn": _user_turn,
     "synth_leak_check": _leak,
+    "synth_hicupid_profile": _h_profile,
+    "synth_hicupid_personas": _h_personas,
+    "synth_hicupid_schedules": _h_schedules,
+    "synth_hicupid_persona_dialogue": _h_persona_dialogue,
+    "synth_hicupid_single_dialogue": _h_single,
+    "synth_hicupid_qa": _h_qa,
 }
 
 
