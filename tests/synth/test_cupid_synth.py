@@ -366,3 +366,22 @@ def test_another_configuration_in_the_same_directory_is_refused(tmp_path: Path) 
     synthesize_cupid(config(n_personas=1), out, factory_for(Recorder()))
     with pytest.raises(ConfigError, match="another configuration"):
         synthesize_cupid(config(n_personas=1, max_turns=3), out, factory_for(Recorder()))
+
+
+def test_a_copied_contrastive_preference_is_regenerated_on_its_own(tmp_path: Path) -> None:
+    def copier(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = default_responder(messages, config)
+        if config.schema_name == "synth_factors":
+            data = json.loads(text)
+            pair = data["contrastive_pair"]
+            pair["second"]["preference"] = pair["first"]["preference"]
+            return json.dumps(data)
+        return text
+
+    backend = Recorder(copier)
+    result = synthesize_cupid(config(n_personas=1), tmp_path / "out", factory_for(backend))
+    assert result.summary["passed_validation"] == 1
+    state = next(iter(states(tmp_path / "out").values()))
+    assert state["steps"]["factors/contrast"]["status"] == "ok"
+    first, second = state["stages"]["factors"][-2:]
+    assert first["preference"] != second["preference"] and second["regenerated"] == "preference"

@@ -64,6 +64,7 @@ TEMPLATES = {
     "persona": "synth/cupid_persona",
     "factors": "synth/cupid_factors",
     "changed": "synth/cupid_changed_preference",
+    "contrast": "synth/cupid_contrast",
     "session": "synth/cupid_session",
     "assistant": "synth/cupid_assistant",
     "user_turn": "synth/cupid_user_turn",
@@ -366,10 +367,8 @@ def parse_factors(n_regular: int) -> Callable[[str], list[dict[str, Any]]]:
                         other["related_factor"] = name
                 row["factor"] = name
             seen.add(name.lower())
-        if first["preference"].lower() == second["preference"].lower():
-            raise ParseError("context factors: the contrastive pair's preferences are identical")
         order = ("factor_type", "background", "factor", "task_types", "preference_type", "preference")
-        extra = ("renamed_from",)
+        extra = ("renamed_from", "regenerated")
         return [{k: r[k] for k in (*order, "related_factor", *extra) if k in r} for r in rows]
 
     return parse
@@ -390,14 +389,23 @@ CHANGED_SCHEMA: dict[str, Any] = {
 }
 
 
-def parse_changed(original: str) -> Callable[[str], dict[str, Any]]:
-    base = parse_model(ChangedOut, "changed preference")
+def too_similar(a: str, b: str) -> bool:
+    """Whether two preferences are the same or nearly so (a copy, not a change or a contrast)."""
+    from personalign.synth.cupid_checks import lexical_leak
+
+    return (
+        a.lower().strip(" .") == b.lower().strip(" .") or min(lexical_leak(a, b), lexical_leak(b, a)) >= 0.9
+    )
+
+
+def parse_changed(original: str, what: str = "changed preference") -> Callable[[str], dict[str, Any]]:
+    base = parse_model(ChangedOut, what)
 
     def parse(text: str) -> dict[str, Any]:
         out = base(text)
         preference = " ".join(out.preference.split())
-        if preference.lower().strip(" .") == original.lower().strip(" ."):
-            raise ParseError("changed preference: identical to the original preference")
+        if too_similar(preference, original):
+            raise ParseError(f"{what}: (nearly) identical to the preference it must differ from")
         return {"preference_type": out.preference_type, "preference": preference}
 
     return parse
@@ -658,6 +666,25 @@ class CupidSynthesizer:
             parse=parse_factors(n_regular),
             reasks=self.config.reasks,
         )
+        first, second = factors[-2], factors[-1]
+        if too_similar(first["preference"], second["preference"]):
+            # Weak models copy the first preference of the pair; ask for the contrast alone.
+            contrast = await stage.steps.call(
+                "factors/contrast",
+                role="generator",
+                model=self.models.generator,
+                template=load_template(TEMPLATES["contrast"]),
+                values={
+                    "first_factor": first["factor"],
+                    "first_preference": first["preference"],
+                    "second_factor": second["factor"],
+                    "preference_types": ", ".join(PREFERENCE_TYPES),
+                },
+                config=self._cfg("changed", CHANGED_SCHEMA, "synth_contrast_preference"),
+                parse=parse_changed(first["preference"], "contrastive preference"),
+                reasks=self.config.reasks,
+            )
+            factors[-1] = {**second, **contrast, "regenerated": "preference"}
         return stage.finish("factors", factors)  # type: ignore[no-any-return]
 
     async def _changed(

@@ -75,6 +75,8 @@ def check_persona(state: UnitState, n_prior: int, leak_threshold: float) -> list
         or (paired[1]["related_factor"] != paired[0]["factor"])
     ):
         problems.append(f"factors: expected exactly one mutual contrastive pair, found {len(paired)} linked")
+    elif paired[0]["preference"].strip().lower() == paired[1]["preference"].strip().lower():
+        problems.append("factors: the contrastive pair's preferences are identical")
     info = stages.get("changed", {})
     a, b = info.get("current_factor"), info.get("contrastive_factor")
     sessions = [stages[k] for k in sorted((k for k in stages if k.startswith("session/")), key=_index)]

@@ -191,10 +191,62 @@ def _h_qa(user: str, config: GenerateConfig) -> dict[str, Any]:
     }
 
 
+def _b_contexts(user: str, config: GenerateConfig) -> dict[str, Any]:
+    domain = _field(user, "Domain")
+    n = int(_field(user, "Number of items") or 1)
+    roles = ("tax office", "bank manager", "admissions committee", "landlord", "hiring manager", "clinic")
+    return {
+        "contexts": [
+            {
+                "recipient": f"{roles[k % len(roles)]} {k + 1}",
+                "task": f"Explain a {domain} matter, case {k + 1}.",
+            }
+            for k in range(n)
+        ]
+    }
+
+
+def _b_profile(user: str, config: GenerateConfig) -> dict[str, Any]:
+    n = int(_field(user, "Number of facts") or 1)
+    name = f"{_pick(('Mara', 'Tomas', 'Lena', 'Ravi'), user)} {_pick(('Quinn', 'Diaz', 'Ito'), user, 1)}"
+    return {
+        "name": name,
+        "sex": _pick(("female", "male"), user),
+        "age": 30 + _h(user) % 40,
+        "address": "Springfield",
+        "facts": [f"I have personal detail number {k + 1}." for k in range(n)],
+    }
+
+
+def _b_preferences(user: str, config: GenerateConfig) -> dict[str, Any]:
+    return {
+        "role": "a pirate captain",
+        "style": "as short bullet points",
+        "tone": "cheerful and playful",
+        "markers": "lots of emojis",
+        "nickname": _pick(("Captain", "Sunny", "Ace"), user),
+    }
+
+
+def _b_labels(user: str, config: GenerateConfig) -> dict[str, Any]:
+    n = len(_lines(user))
+    formal = any(w in user.lower() for w in ("tax", "bank", "admissions"))
+    return {
+        "labels": [
+            {"apply": (not formal) and k in (1, 4), "reason": "fits" if k in (1, 4) else "too casual"}
+            for k in range(n)
+        ]
+    }
+
+
 RESPONDERS: dict[str, Callable[[str, GenerateConfig], dict[str, Any]]] = {
     "synth_persona": _persona,
     "synth_factors": _factors,
     "synth_changed_preference": _changed,
+    "synth_contrast_preference": lambda user, config: {
+        "preference_type": "Tone",
+        "preference": f"Anything for {_field(user, 'Second')} must be blunt and brief.",
+    },
     "synth_session": _session,
     "synth_user_turn": _user_turn,
     "synth_leak_check": _leak,
@@ -204,6 +256,10 @@ RESPONDERS: dict[str, Callable[[str, GenerateConfig], dict[str, Any]]] = {
     "synth_hicupid_persona_dialogue": _h_persona_dialogue,
     "synth_hicupid_single_dialogue": _h_single,
     "synth_hicupid_qa": _h_qa,
+    "synth_benchpres_contexts": _b_contexts,
+    "synth_benchpres_profile": _b_profile,
+    "synth_benchpres_preferences": _b_preferences,
+    "synth_benchpres_labels": _b_labels,
 }
 
 

@@ -1,0 +1,81 @@
+"""Synthesis on the real SmolLM2 model behind the real llama.cpp OpenAI-compatible server.
+
+One tiny persona end to end (every CUPID stage, every role on the server), then the written
+data is loaded by the CUPID loader and evaluated with `personalign run cupid --limit 1`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from personalign.cli import app
+from personalign.data.cupid import load_cupid
+from personalign.llm import CallCache, ModelFactory
+from personalign.synth.cupid import CupidSynthConfig, synthesize_cupid
+from tests.support.llama_server import llama_server, spec_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# Tiny sizes: 3 factors, 9 sessions (4 prior sessions per instance), one feedback round.
+TINY_TOKENS = {
+    "persona": 120,
+    "factors": 600,
+    "changed": 90,
+    "session": 260,
+    "user_simulator": 160,
+    "assistant": 90,
+    "decomposer": 120,
+    "leak_judge": 80,  # unused here
+}
+
+
+def test_one_tiny_persona_end_to_end_then_evaluated(tmp_path: Path) -> None:
+    out = tmp_path / "synth"
+    with llama_server() as base_url:
+        spec = spec_for(base_url)
+        config = CupidSynthConfig(
+            generator=spec,
+            user_simulator=spec,
+            assistant=spec,
+            decomposer=spec,
+            leak_judge=None,  # the judge path is covered with scripted models; keeps this run short
+            n_personas=1,
+            n_factors=3,
+            n_sessions=9,
+            max_turns=1,
+            leak_threshold=1.0,  # only a request holding every word of the preference is rejected
+            max_tokens=TINY_TOKENS,
+        )
+        factory = ModelFactory(cache=CallCache(tmp_path / "cache.sqlite"))
+        result = synthesize_cupid(config, out, factory, concurrency=1)
+        summary = result.summary
+        state = json.loads(next((out / "state").glob("*.json")).read_text())
+        called = [s for s in state["steps"].values() if s["model"]]
+        assert called and {s["model"] for s in called} == {"openai-compat/smollm2"}
+        assert all(s["raw"] for s in called)
+        # Every stage ran on the server: a failure would be recorded with its stage and reason.
+        assert summary["failed"] == [], summary["failed"]
+        stages = state["stages"]
+        assert [stages[f"session/{i}"]["plan"] for i in range(9)].count("A_changed") == 3
+        assert all(len(stages[f"dialogue/{i}"]["chat"]) == 3 for i in range(8))
+        assert len(stages["dialogue/8"]["chat"]) == 1
+        assert summary["rejected"] == [], summary["rejected"]
+        dataset = load_cupid(out / "cupid.jsonl")
+        assert sorted(i.instance_type for i in dataset.instances) == ["changing", "consistent", "contrastive"]
+        assert {len(i.prior_interactions) for i in dataset.instances} == {4}
+
+        run = CliRunner().invoke(
+            app,
+            [
+                "run", "cupid", "--data", str(out / "cupid.jsonl"), "--limit", "1", "--model", spec,
+                "--judge", spec, "--max-tokens", "120", "--run-dir", str(tmp_path / "run"),
+                "--cache", str(tmp_path / "cache.sqlite"), "--no-progress",
+            ],
+        )  # fmt: skip
+        assert run.exit_code == 0, run.output
+    run_summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert run_summary["inference"]["n_scored"] + run_summary["inference"]["n_errors"] == 1
