@@ -217,3 +217,91 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             _fail(exc)
             return
         print_summary(result.summary, out)
+
+    @synth_app.command("benchpres")
+    def synth_benchpres(
+        out: OutOpt = Path("synth/benchpres"),
+        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        labeler: Annotated[
+            str | None, typer.Option(help="Model that proposes apply/suppress labels (default: --generator).")
+        ] = None,
+        profiles: Annotated[int, typer.Option(help="Number of memory profiles.")] = 10,
+        facts: Annotated[int, typer.Option(help="Factual memory statements per profile.")] = 30,
+        contexts_per_domain: Annotated[
+            int | None,
+            typer.Option(help="Contexts in each of the five domains (default: the paper's 13/10/5/6/5)."),
+        ] = None,
+        seeds: Annotated[
+            Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
+        ] = None,
+        length_scale: LengthOpt = None,
+        seed: SeedOpt = 0,
+        concurrency: ConcurrencyOpt = 2,
+        cache: CacheOpt = None,
+        no_cache: NoCacheOpt = False,
+        max_cost: MaxCostOpt = None,
+        prices: PricesOpt = None,
+        progress: ProgressOpt = True,
+    ) -> None:
+        """BenchPreS-style memory profiles, formal contexts and candidate labels (labels.csv to review)."""
+        from personalign.synth.benchpres import DOMAIN_COUNTS, BenchpresSynthConfig, synthesize_benchpres
+
+        try:
+            counts = dict(DOMAIN_COUNTS)
+            if contexts_per_domain is not None:
+                counts = {d: contexts_per_domain for d in counts}
+            config = BenchpresSynthConfig(
+                generator=generator,
+                labeler=labeler,
+                n_profiles=profiles,
+                n_facts=facts,
+                domain_counts=counts,
+                seed=seed,
+                seeds_file=str(seeds) if seeds else None,
+                length_scale=length_scale,
+            )
+            factory = _factory(cache, no_cache, max_cost, prices)
+            console.print(
+                f"synth benchpres: generator [bold]{config.generator}[/], labeler {config.labeler_spec}; "
+                f"{profiles} profiles x {sum(counts.values())} contexts -> {out}"
+            )
+            result = _with_progress(
+                profiles,
+                "synth benchpres",
+                factory,
+                progress,
+                lambda on_done: synthesize_benchpres(
+                    config, out, factory, concurrency=concurrency, on_done=on_done
+                ),
+            )
+        except PersonalignError as exc:
+            _fail(exc)
+            return
+        print_summary(result.summary, out)
+        console.print(
+            "[yellow]labels are model proposals (unverified)[/]: fill final_label in labels.csv, then run "
+            f"`personalign synth benchpres-labels {out}`"
+        )
+
+    @synth_app.command("benchpres-labels")
+    def synth_benchpres_labels(
+        out: Annotated[Path, typer.Argument(help="A `synth benchpres` output directory.")],
+        labels: Annotated[
+            Path | None, typer.Option(help="The reviewed CSV (default: OUT/labels.csv).")
+        ] = None,
+        partial: Annotated[
+            bool, typer.Option(help="Write only the contexts whose five labels are all filled in.")
+        ] = False,
+    ) -> None:
+        """Read the reviewed labels CSV and write benchpres.jsonl with the final labels."""
+        from personalign.synth.benchpres import import_labels
+
+        try:
+            report = import_labels(out, labels, partial=partial)
+        except PersonalignError as exc:
+            _fail(exc)
+            return
+        console.print(
+            f"benchpres.jsonl: {report['rows']} rows ({report['apply']} apply, {report['suppress']} suppress)"
+            + (f"; {len(report['skipped'])} contexts skipped (unlabelled)" if report["skipped"] else "")
+        )

@@ -55,3 +55,23 @@ def test_synth_hicupid_command(tmp_path: Path) -> None:
     assert "2/2 users generated, 2 passed validation" in result.output
     qa = [json.loads(line) for line in (out / "qa.jsonl").read_text().splitlines()]
     assert len(qa) == 2 * (4 + 1 + 2)
+
+
+def test_synth_benchpres_and_the_labels_round_trip(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    args = ["synth", "benchpres", "--out", str(out), "-g", "scripted/g", "--labeler", "scripted/l",
+            "--profiles", "2", "--facts", "4", "--contexts-per-domain", "1", "--no-cache",
+            "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2/2 profiles generated" in result.output and "unverified" in result.output
+    lines = (out / "labels.csv").read_text().splitlines()
+    assert len(lines) == 1 + 2 * 5 * 5
+    bad = runner.invoke(app, ["synth", "benchpres-labels", str(out)])
+    assert bad.exit_code == 2 and "no final label" in bad.output
+    header, *rows = lines
+    filled = [header] + [row + "suppress" if row.endswith(",") else row for row in rows]
+    (out / "labels.csv").write_text("\n".join(filled) + "\n")
+    good = runner.invoke(app, ["synth", "benchpres-labels", str(out)])
+    assert good.exit_code == 0, good.output
+    assert "10 rows (0 apply, 50 suppress)" in good.output

@@ -230,7 +230,7 @@ def _b_preferences(user: str, config: GenerateConfig) -> dict[str, Any]:
 
 def _b_labels(user: str, config: GenerateConfig) -> dict[str, Any]:
     n = len(_lines(user))
-    formal = any(w in user.lower() for w in ("tax", "bank", "admissions"))
+    formal = "tax" in user.lower()
     return {
         "labels": [
             {"apply": (not formal) and k in (1, 4), "reason": "fits" if k in (1, 4) else "too casual"}
