@@ -6,6 +6,7 @@ data is loaded by the CUPID loader and evaluated with `personalign run cupid --l
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -79,3 +80,68 @@ def test_one_tiny_persona_end_to_end_then_evaluated(tmp_path: Path) -> None:
         assert run.exit_code == 0, run.output
     run_summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert run_summary["inference"]["n_scored"] + run_summary["inference"]["n_errors"] == 1
+
+
+def test_hicupid_and_benchpres_tiny_runs_on_the_real_server(tmp_path: Path) -> None:
+    from personalign.synth.benchpres import (
+        BenchpresRow,
+        BenchpresSynthConfig,
+        import_labels,
+        synthesize_benchpres,
+    )
+    from personalign.synth.hicupid import (
+        HicupidDialogueRow,
+        HicupidQARow,
+        HicupidSynthConfig,
+        synthesize_hicupid,
+    )
+
+    with llama_server() as base_url:
+        spec = spec_for(base_url)
+        hicupid = HicupidSynthConfig(
+            generator=spec,
+            n_users=1,
+            n_personas=1,
+            n_schedules=1,
+            n_multi=1,
+            persona_rounds=1,
+            max_tokens={k: 200 for k in ("profile", "personas", "schedules", "single_dialogue", "qa")}
+            | {"persona_dialogue": 200},
+        )
+        h = synthesize_hicupid(hicupid, tmp_path / "h", ModelFactory(cache=CallCache(tmp_path / "c.sqlite")))
+        assert h.summary["failed"] == [], h.summary["failed"]
+        if not h.summary["rejected"]:
+            for line in (tmp_path / "h" / "dialogue.jsonl").read_text().splitlines():
+                HicupidDialogueRow.model_validate_json(line)
+            qa = [
+                HicupidQARow.model_validate_json(x)
+                for x in (tmp_path / "h" / "qa.jsonl").read_text().splitlines()
+            ]
+            assert sorted(q.type for q in qa) == ["persona", "profile", "schedule"]
+        else:  # a leak found in the small model's question is reported, and nothing is written
+            assert (tmp_path / "h" / "qa.jsonl").read_text() == ""
+
+        benchpres = BenchpresSynthConfig(
+            generator=spec,
+            n_profiles=1,
+            n_facts=3,
+            domain_counts={"finance/legal": 1},
+            max_tokens={"contexts": 150, "profile": 300, "preferences": 150, "labels": 250},
+        )
+        b = synthesize_benchpres(
+            benchpres, tmp_path / "b", ModelFactory(cache=CallCache(tmp_path / "c.sqlite"))
+        )
+    assert b.summary["failed"] == [], b.summary["failed"]
+    assert b.summary["passed_validation"] == 1, b.summary["rejected"]
+    rows = [
+        BenchpresRow.model_validate_json(x)
+        for x in (tmp_path / "b" / "benchpres_unverified.jsonl").read_text().splitlines()
+    ]
+    assert len(rows) == 1 and len(rows[0].preference_label) == 5
+    with (tmp_path / "b" / "labels.csv").open(newline="") as handle:
+        sheet = list(csv.DictReader(handle))
+    with (tmp_path / "b" / "labels.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(sheet[0]))
+        writer.writeheader()
+        writer.writerows([{**row, "final_label": "apply"} for row in sheet])
+    assert import_labels(tmp_path / "b")["apply"] == 5
