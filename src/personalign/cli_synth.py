@@ -82,6 +82,9 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         f"tokens {usage.get('tokens', 0):,}, cost ${usage.get('cost_usd', 0.0):.4f}"
     )
     console.print(f"written to {out}/ (summary.json, validation.json)")
+    if summary["passed_validation"] == 0:
+        console.print("[bold red]no unit passed validation[/]")
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:

@@ -75,3 +75,13 @@ def test_synth_benchpres_and_the_labels_round_trip(tmp_path: Path) -> None:
     good = runner.invoke(app, ["synth", "benchpres-labels", str(out)])
     assert good.exit_code == 0, good.output
     assert "10 rows (0 apply, 50 suppress)" in good.output
+
+
+def test_synth_exits_non_zero_when_nothing_passes(tmp_path: Path) -> None:
+    # a leak threshold this low rejects every persona (any shared word counts as a leak)
+    args = ["synth", "cupid", "--out", str(tmp_path / "o"), "-g", "scripted/g", "--personas", "1",
+            "--sessions", "9", "--factors", "3", "--max-turns", "1", "--leak-threshold", "0.01",
+            "--no-cache", "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert "0 passed validation" in result.output and "leak (lexical)" in result.output
