@@ -27,6 +27,13 @@ NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or wri
 MaxCostOpt = Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")]
 PricesOpt = Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")]
 ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
+ResampleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--resample-failed",
+        help="Re-ask a failed unit's remaining calls as new samples instead of replaying cached answers.",
+    ),
+]
 LengthOpt = Annotated[
     float | None,
     typer.Option(
@@ -126,6 +133,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_cost: MaxCostOpt = None,
         prices: PricesOpt = None,
         progress: ProgressOpt = True,
+        resample_failed: ResampleOpt = False,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
         from personalign.synth.cupid import CupidSynthConfig, synthesize_cupid
@@ -159,7 +167,12 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 factory,
                 progress,
                 lambda on_done: synthesize_cupid(
-                    config, out, factory, concurrency=concurrency, on_done=on_done
+                    config,
+                    out,
+                    factory,
+                    concurrency=concurrency,
+                    on_done=on_done,
+                    resample_failed=resample_failed,
                 ),
             )
         except PersonalignError as exc:
@@ -189,6 +202,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_cost: MaxCostOpt = None,
         prices: PricesOpt = None,
         progress: ProgressOpt = True,
+        resample_failed: ResampleOpt = False,
     ) -> None:
         """HiCUPID-style users, dialogues and QA (dialogue.jsonl, qa.jsonl in the official schema)."""
         from personalign.synth.hicupid import HicupidSynthConfig, synthesize_hicupid
@@ -213,7 +227,12 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 factory,
                 progress,
                 lambda on_done: synthesize_hicupid(
-                    config, out, factory, concurrency=concurrency, on_done=on_done
+                    config,
+                    out,
+                    factory,
+                    concurrency=concurrency,
+                    on_done=on_done,
+                    resample_failed=resample_failed,
                 ),
             )
         except PersonalignError as exc:
@@ -245,6 +264,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_cost: MaxCostOpt = None,
         prices: PricesOpt = None,
         progress: ProgressOpt = True,
+        resample_failed: ResampleOpt = False,
     ) -> None:
         """BenchPreS-style memory profiles, formal contexts and candidate labels (labels.csv to review)."""
         from personalign.synth.benchpres import DOMAIN_COUNTS, BenchpresSynthConfig, synthesize_benchpres
@@ -274,7 +294,12 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 factory,
                 progress,
                 lambda on_done: synthesize_benchpres(
-                    config, out, factory, concurrency=concurrency, on_done=on_done
+                    config,
+                    out,
+                    factory,
+                    concurrency=concurrency,
+                    on_done=on_done,
+                    resample_failed=resample_failed,
                 ),
             )
         except PersonalignError as exc:

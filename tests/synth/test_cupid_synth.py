@@ -385,3 +385,26 @@ def test_a_copied_contrastive_preference_is_regenerated_on_its_own(tmp_path: Pat
     assert state["steps"]["factors/contrast"]["status"] == "ok"
     first, second = state["stages"]["factors"][-2:]
     assert first["preference"] != second["preference"] and second["regenerated"] == "preference"
+
+
+def test_resampling_a_failed_persona_asks_anew_instead_of_replaying_the_cache(tmp_path: Path) -> None:
+    def first_sample_fails(messages: Sequence[Message], config: GenerateConfig) -> str:
+        if config.schema_name == "synth_changed_preference" and config.sample_index == 0:
+            return "not json"
+        return default_responder(messages, config)
+
+    out, cache = tmp_path / "out", tmp_path / "c.sqlite"
+    first = synthesize_cupid(config(n_personas=1), out, factory_for(Recorder(first_sample_fails), cache))
+    assert first.summary["failed"][0]["stage"] == "changed"
+    # Same cache, no re-sampling: the unparseable answer is replayed, the persona fails again.
+    replay = Recorder(first_sample_fails)
+    again = synthesize_cupid(config(n_personas=1), out, factory_for(replay, cache))
+    assert again.summary["failed"] and replay.prompts == []
+    resampled = Recorder(first_sample_fails)
+    fixed = synthesize_cupid(config(n_personas=1), out, factory_for(resampled, cache), resample_failed=True)
+    assert fixed.summary["passed_validation"] == 1
+    state = next(iter(states(out).values()))
+    assert state["attempt"] == 1
+    # persona and factors were reused from the state file; only later stages were asked
+    assert not any("synth_persona" in p or "synth_factors" in p for p in resampled.prompts)
+    assert all('"sample_index":1' in p for p in resampled.prompts)

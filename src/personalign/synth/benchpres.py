@@ -39,9 +39,11 @@ from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
 from personalign.synth.common import (
+    RESAMPLE,
     Stage,
     StateStore,
     UnitState,
+    begin,
     json_config,
     open_output,
     parse_model,
@@ -424,7 +426,7 @@ class BenchpresSynthesizer:
         state = self.store.load("contexts") or UnitState(unit_id="contexts")
         if state.status == "ok":
             return state
-        state.status, state.failed_stage, state.error = "pending", None, None
+        begin(state)
         stage = Stage(state, self.store)
         try:
             for domain, n in self.config.domain_counts.items():
@@ -446,7 +448,7 @@ class BenchpresSynthesizer:
         state = self.store.load(uid) or UnitState(unit_id=uid, inputs={"seed": seed_text})
         if state.status == "ok":
             return state
-        state.status, state.failed_stage, state.error = "pending", None, None
+        begin(state)
         stage = Stage(state, self.store)
         n = self.config.n_facts
         try:
@@ -508,6 +510,7 @@ def synthesize_benchpres(
     factory: ModelFactory,
     *,
     concurrency: int = 2,
+    resample_failed: bool = False,
     on_done: Callable[[UnitState], None] | None = None,
 ) -> BenchpresResult:
     seeds = load_seeds(config.seeds_file)
@@ -531,6 +534,7 @@ def synthesize_benchpres(
     )
 
     async def main() -> list[UnitState]:
+        RESAMPLE.set(resample_failed)
         try:
             shared = await synth.contexts()
             if shared.status != "ok":

@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -101,7 +102,11 @@ def json_config(
 ) -> GenerateConfig:
     """A schema-constrained generation config (SmolLM2 only parses reliably this way)."""
     return GenerateConfig(
-        temperature=temperature, max_tokens=max_tokens, json_schema=schema, schema_name=schema_name
+        temperature=temperature,
+        max_tokens=max_tokens,
+        json_schema=schema,
+        schema_name=schema_name,
+        sample_index=ATTEMPT.get(),
     )
 
 
@@ -158,11 +163,28 @@ class UnitState(BaseModel):
 
     unit_id: str
     status: UnitStatus = "pending"
+    attempt: int = Field(0, description="bumped when a failed unit is re-sampled (--resample-failed)")
     failed_stage: str | None = None
     error: str | None = None
     inputs: dict[str, Any] = Field(default_factory=dict)
     stages: dict[str, Any] = Field(default_factory=dict, description="stage name -> output")
     steps: dict[str, StepRecord] = Field(default_factory=dict)
+
+
+# The current unit's attempt number (every call's `sample_index`) and whether failed units are
+# re-sampled; context variables, so each unit's task (and its sub-tasks) sees its own value.
+ATTEMPT: ContextVar[int] = ContextVar("synth_attempt", default=0)
+RESAMPLE: ContextVar[bool] = ContextVar("synth_resample", default=False)
+
+
+def begin(state: UnitState) -> None:
+    """Mark a unit pending again. With re-sampling on, a failed unit gets a new attempt number,
+    which becomes the `sample_index` of its calls: a cached unparseable answer is then asked
+    anew instead of replayed (finished stages are still reused, not re-asked)."""
+    if state.status == "error" and RESAMPLE.get():
+        state.attempt += 1
+    state.status, state.failed_stage, state.error = "pending", None, None
+    ATTEMPT.set(state.attempt)
 
 
 class StateStore:

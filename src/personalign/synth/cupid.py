@@ -34,10 +34,13 @@ from personalign.runs.manifest import environment, identity_hash
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
 from personalign.synth.common import (
+    ATTEMPT,
+    RESAMPLE,
     Stage,
     StateStore,
     UnitState,
     balanced_pick,
+    begin,
     json_config,
     open_output,
     parse_model,
@@ -580,7 +583,12 @@ class CupidSynthesizer:
         temperature = self.config.temperature[stage]
         max_tokens = self.config.max_tokens[stage]
         if schema is None:
-            return GenerateConfig(temperature=temperature, max_tokens=max_tokens, seed=self.config.seed)
+            return GenerateConfig(
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=self.config.seed,
+                sample_index=ATTEMPT.get(),
+            )
         schema = scale_lengths(schema, self.config.length_scale)
         return json_config(name, schema, temperature=temperature, max_tokens=max_tokens).model_copy(
             update={"seed": self.config.seed}
@@ -591,7 +599,7 @@ class CupidSynthesizer:
         state = self.store.load(pid) or UnitState(unit_id=pid, inputs={"template": template})
         if state.status == "ok":
             return state
-        state.status, state.failed_stage, state.error = "pending", None, None
+        begin(state)
         stage = Stage(state, self.store)
         current = "persona"
         try:
@@ -956,6 +964,7 @@ def synthesize_cupid(
     factory: ModelFactory,
     *,
     concurrency: int = 4,
+    resample_failed: bool = False,
     on_done: Callable[[UnitState], None] | None = None,
 ) -> SynthResult:
     """Generate (or resume) a CUPID-style dataset in `out`; returns the summary."""
@@ -978,6 +987,7 @@ def synthesize_cupid(
     synthesizer = CupidSynthesizer(config, models, store)
 
     async def main() -> list[UnitState]:
+        RESAMPLE.set(resample_failed)
         try:
             return await run_units(templates, synthesizer.run, concurrency=concurrency, on_done=on_done)
         finally:

@@ -38,10 +38,12 @@ from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
 from personalign.synth.common import (
+    RESAMPLE,
     Stage,
     StateStore,
     UnitState,
     balanced_pick,
+    begin,
     json_config,
     open_output,
     parse_model,
@@ -409,7 +411,7 @@ class HicupidSynthesizer:
         state = self.store.load(uid) or UnitState(unit_id=uid, inputs={"plan": plan})
         if state.status == "ok":
             return state
-        state.status, state.failed_stage, state.error = "pending", None, None
+        begin(state)
         stage = Stage(state, self.store)
         current = "profile"
         try:
@@ -637,6 +639,7 @@ def synthesize_hicupid(
     factory: ModelFactory,
     *,
     concurrency: int = 2,
+    resample_failed: bool = False,
     on_done: Callable[[UnitState], None] | None = None,
 ) -> HicupidResult:
     plans = user_plans(config)
@@ -653,6 +656,7 @@ def synthesize_hicupid(
     synthesizer = HicupidSynthesizer(config, factory.get(config.generator), store)
 
     async def main() -> list[UnitState]:
+        RESAMPLE.set(resample_failed)
         try:
             return await run_units(plans, synthesizer.run, concurrency=concurrency, on_done=on_done)
         finally:
