@@ -12,6 +12,7 @@ from rich.console import Console
 
 from personalign import cli_benchpres, cli_hicupid
 from personalign.cli_memory import register as register_memory
+from personalign.cli_synth import register as register_synth
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 
@@ -211,6 +212,7 @@ def validate(
 cli_benchpres.register(app, run_app)
 cli_hicupid.register(app, run_app)
 register_memory(app, run_app)
+register_synth(app, run_app)
 
 
 def main() -> None:

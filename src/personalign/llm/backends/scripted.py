@@ -52,6 +52,10 @@ def default_responder(messages: Sequence[Message], config: GenerateConfig) -> st
     # The first user message holds the task; later ones are re-asks that refer back to it.
     user = next((m.content for m in messages if m.role == "user"), "")
     name = config.schema_name if config.json_schema is not None else ""
+    if name.startswith("synth_"):
+        from personalign.synth.scripted import respond
+
+        return respond(messages, config)
     if name == "checklist":
         preference = _field(user, "Preference")
         words = preference.rstrip(".").split()

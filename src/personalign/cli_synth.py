@@ -1,0 +1,335 @@
+"""`personalign synth ...`: generate CUPID-, HiCUPID- and BenchPreS-style data with any model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from personalign.errors import PersonalignError
+from personalign.llm.spec import EMBEDDED_DEFAULT
+
+console = Console(stderr=True)
+
+GeneratorOpt = Annotated[
+    str, typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2).")
+]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory (re-run to resume).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed for every sampled choice and for sampling.")]
+ConcurrencyOpt = Annotated[int, typer.Option(help="Units (personas, users, profiles) generated at once.")]
+CacheOpt = Annotated[
+    Path | None, typer.Option(help="Call cache file (default: ~/.cache/personalign/calls.sqlite).")
+]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the call cache.")]
+MaxCostOpt = Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")]
+PricesOpt = Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")]
+ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
+ResampleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--resample-failed",
+        help="Re-ask a failed unit's remaining calls as new samples instead of replaying cached answers.",
+    ),
+]
+LengthOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Multiply the schemas' string length bounds by this; unset drops them (fastest on llama.cpp)."
+    ),
+]
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+def _factory(cache: Path | None, no_cache: bool, max_cost: float | None, prices: Path | None) -> Any:
+    from personalign.runs.cupid_run import RunSettings, make_factory
+
+    return make_factory(
+        RunSettings(cache_path=cache, use_cache=not no_cache, max_cost_usd=max_cost, prices=prices)
+    )
+
+
+def _with_progress(
+    total: int, label: str, factory: Any, show: bool, work: Callable[[Callable[[Any], None] | None], Any]
+) -> Any:
+    from personalign.runs.progress import RunProgress
+
+    if not show:
+        return work(None)
+    progress = RunProgress(factory.tracker, total=total, label=label, console=console)
+    with progress:
+        return work(lambda _state: progress.advance())
+
+
+def print_summary(summary: dict[str, Any], out: Path) -> None:
+    """What was generated, what failed and what was rejected by validation."""
+    unit = {"cupid": "personas", "hicupid": "users", "benchpres": "profiles"}[summary["pipeline"]]
+    console.print(
+        f"[bold]{summary['pipeline']}[/]: {summary['generated']}/{summary['n_units']} {unit} generated, "
+        f"{summary['passed_validation']} passed validation, {len(summary['failed'])} failed, "
+        f"{len(summary['rejected'])} rejected"
+    )
+    for key, value in summary.get("written", {}).items():
+        console.print(f"  {key}: {value}")
+    for failure in summary["failed"]:
+        console.print(f"  [red]failed[/] {failure['id']} at {failure['stage']}: {failure['error']}")
+    for rejection in summary["rejected"]:
+        console.print(f"  [yellow]rejected[/] {rejection['id']}:")
+        for problem in rejection["problems"][:5]:
+            console.print(f"    - {problem}")
+    usage = summary.get("usage", {})
+    console.print(
+        f"  calls {usage.get('calls', 0)}, cache hits {usage.get('cache_hits', 0)}, "
+        f"tokens {usage.get('tokens', 0):,}, cost ${usage.get('cost_usd', 0.0):.4f}"
+    )
+    console.print(f"written to {out}/ (summary.json, validation.json)")
+    if summary["passed_validation"] == 0:
+        console.print("[bold red]no unit passed validation[/]")
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer, run_app: typer.Typer) -> None:
+    synth_app = typer.Typer(no_args_is_help=True, help="Generate benchmark-style data with any model.")
+    app.add_typer(synth_app, name="synth")
+
+    @synth_app.command("cupid")
+    def synth_cupid(
+        out: OutOpt = Path("synth/cupid"),
+        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        user_simulator: Annotated[
+            str | None, typer.Option(help="User simulator spec (default: --generator).")
+        ] = None,
+        assistant: Annotated[
+            str | None, typer.Option(help="Assistant simulator spec (default: --generator).")
+        ] = None,
+        decomposer: Annotated[
+            str | None, typer.Option(help="Preference decomposer spec (default: --generator).")
+        ] = None,
+        leak_judge: Annotated[
+            str | None, typer.Option(help="Optional judge for the leak check (lexical check only if unset).")
+        ] = None,
+        personas: Annotated[int, typer.Option(help="Number of personas.")] = 4,
+        factors: Annotated[int, typer.Option(help="Context factors per persona.")] = 8,
+        sessions: Annotated[int, typer.Option(help="Sessions per persona (prior sessions = this - 5).")] = 13,
+        max_turns: Annotated[int, typer.Option(help="Feedback rounds per dialogue at most.")] = 16,
+        seeds: Annotated[
+            Path | None,
+            typer.Option(help="Seed descriptions (.jsonl/.json/.parquet with occupation, description)."),
+        ] = None,
+        leak_threshold: Annotated[
+            float, typer.Option(help="Reject when the request holds this share of the preference's words.")
+        ] = 0.6,
+        length_scale: LengthOpt = None,
+        seed: SeedOpt = 0,
+        concurrency: ConcurrencyOpt = 4,
+        cache: CacheOpt = None,
+        no_cache: NoCacheOpt = False,
+        max_cost: MaxCostOpt = None,
+        prices: PricesOpt = None,
+        progress: ProgressOpt = True,
+        resample_failed: ResampleOpt = False,
+    ) -> None:
+        """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
+        from personalign.synth.cupid import CupidSynthConfig, synthesize_cupid
+
+        try:
+            config = CupidSynthConfig(
+                generator=generator,
+                user_simulator=user_simulator or generator,
+                assistant=assistant or generator,
+                decomposer=decomposer or generator,
+                leak_judge=leak_judge,
+                n_personas=personas,
+                n_factors=factors,
+                n_sessions=sessions,
+                max_turns=max_turns,
+                seed=seed,
+                seeds_file=str(seeds) if seeds else None,
+                leak_threshold=leak_threshold,
+                length_scale=length_scale,
+            )
+            factory = _factory(cache, no_cache, max_cost, prices)
+            console.print(
+                f"synth cupid: generator [bold]{config.generator}[/], "
+                f"user simulator {config.user_simulator}, "
+                f"assistant {config.assistant}, decomposer {config.decomposer}, "
+                f"leak judge {config.leak_judge or '(lexical only)'}; {personas} personas -> {out}"
+            )
+            result = _with_progress(
+                personas,
+                "synth cupid",
+                factory,
+                progress,
+                lambda on_done: synthesize_cupid(
+                    config,
+                    out,
+                    factory,
+                    concurrency=concurrency,
+                    on_done=on_done,
+                    resample_failed=resample_failed,
+                ),
+            )
+        except PersonalignError as exc:
+            _fail(exc)
+            return
+        print_summary(result.summary, out)
+
+    @synth_app.command("hicupid")
+    def synth_hicupid(
+        out: OutOpt = Path("synth/hicupid"),
+        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        users: Annotated[int, typer.Option(help="Number of users.")] = 2,
+        personas: Annotated[
+            int, typer.Option(help="Persona items per user (one per dimension, <= 25).")
+        ] = 25,
+        schedules: Annotated[int, typer.Option(help="Schedules per user.")] = 10,
+        multi: Annotated[int, typer.Option(help="Multi-info (persona + profile) questions per user.")] = 5,
+        rounds: Annotated[int, typer.Option(help="Rounds per persona dialogue.")] = 10,
+        seeds: Annotated[
+            Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
+        ] = None,
+        length_scale: LengthOpt = None,
+        seed: SeedOpt = 0,
+        concurrency: ConcurrencyOpt = 2,
+        cache: CacheOpt = None,
+        no_cache: NoCacheOpt = False,
+        max_cost: MaxCostOpt = None,
+        prices: PricesOpt = None,
+        progress: ProgressOpt = True,
+        resample_failed: ResampleOpt = False,
+    ) -> None:
+        """HiCUPID-style users, dialogues and QA (dialogue.jsonl, qa.jsonl in the official schema)."""
+        from personalign.synth.hicupid import HicupidSynthConfig, synthesize_hicupid
+
+        try:
+            config = HicupidSynthConfig(
+                generator=generator,
+                n_users=users,
+                n_personas=personas,
+                n_schedules=schedules,
+                n_multi=multi,
+                persona_rounds=rounds,
+                seed=seed,
+                seeds_file=str(seeds) if seeds else None,
+                length_scale=length_scale,
+            )
+            factory = _factory(cache, no_cache, max_cost, prices)
+            console.print(f"synth hicupid: generator [bold]{config.generator}[/]; {users} users -> {out}")
+            result = _with_progress(
+                users,
+                "synth hicupid",
+                factory,
+                progress,
+                lambda on_done: synthesize_hicupid(
+                    config,
+                    out,
+                    factory,
+                    concurrency=concurrency,
+                    on_done=on_done,
+                    resample_failed=resample_failed,
+                ),
+            )
+        except PersonalignError as exc:
+            _fail(exc)
+            return
+        print_summary(result.summary, out)
+
+    @synth_app.command("benchpres")
+    def synth_benchpres(
+        out: OutOpt = Path("synth/benchpres"),
+        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        labeler: Annotated[
+            str | None, typer.Option(help="Model that proposes apply/suppress labels (default: --generator).")
+        ] = None,
+        profiles: Annotated[int, typer.Option(help="Number of memory profiles.")] = 10,
+        facts: Annotated[int, typer.Option(help="Factual memory statements per profile.")] = 30,
+        contexts_per_domain: Annotated[
+            int | None,
+            typer.Option(help="Contexts in each of the five domains (default: the paper's 13/10/5/6/5)."),
+        ] = None,
+        seeds: Annotated[
+            Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
+        ] = None,
+        length_scale: LengthOpt = None,
+        seed: SeedOpt = 0,
+        concurrency: ConcurrencyOpt = 2,
+        cache: CacheOpt = None,
+        no_cache: NoCacheOpt = False,
+        max_cost: MaxCostOpt = None,
+        prices: PricesOpt = None,
+        progress: ProgressOpt = True,
+        resample_failed: ResampleOpt = False,
+    ) -> None:
+        """BenchPreS-style memory profiles, formal contexts and candidate labels (labels.csv to review)."""
+        from personalign.synth.benchpres import DOMAIN_COUNTS, BenchpresSynthConfig, synthesize_benchpres
+
+        try:
+            counts = dict(DOMAIN_COUNTS)
+            if contexts_per_domain is not None:
+                counts = {d: contexts_per_domain for d in counts}
+            config = BenchpresSynthConfig(
+                generator=generator,
+                labeler=labeler,
+                n_profiles=profiles,
+                n_facts=facts,
+                domain_counts=counts,
+                seed=seed,
+                seeds_file=str(seeds) if seeds else None,
+                length_scale=length_scale,
+            )
+            factory = _factory(cache, no_cache, max_cost, prices)
+            console.print(
+                f"synth benchpres: generator [bold]{config.generator}[/], labeler {config.labeler_spec}; "
+                f"{profiles} profiles x {sum(counts.values())} contexts -> {out}"
+            )
+            result = _with_progress(
+                profiles,
+                "synth benchpres",
+                factory,
+                progress,
+                lambda on_done: synthesize_benchpres(
+                    config,
+                    out,
+                    factory,
+                    concurrency=concurrency,
+                    on_done=on_done,
+                    resample_failed=resample_failed,
+                ),
+            )
+        except PersonalignError as exc:
+            _fail(exc)
+            return
+        print_summary(result.summary, out)
+        console.print(
+            "[yellow]labels are model proposals (unverified)[/]: fill final_label in labels.csv, then run "
+            f"`personalign synth benchpres-labels {out}`"
+        )
+
+    @synth_app.command("benchpres-labels")
+    def synth_benchpres_labels(
+        out: Annotated[Path, typer.Argument(help="A `synth benchpres` output directory.")],
+        labels: Annotated[
+            Path | None, typer.Option(help="The reviewed CSV (default: OUT/labels.csv).")
+        ] = None,
+        partial: Annotated[
+            bool, typer.Option(help="Write only the contexts whose five labels are all filled in.")
+        ] = False,
+    ) -> None:
+        """Read the reviewed labels CSV and write benchpres.jsonl with the final labels."""
+        from personalign.synth.benchpres import import_labels
+
+        try:
+            report = import_labels(out, labels, partial=partial)
+        except PersonalignError as exc:
+            _fail(exc)
+            return
+        console.print(
+            f"benchpres.jsonl: {report['rows']} rows ({report['apply']} apply, {report['suppress']} suppress)"
+            + (f"; {len(report['skipped'])} contexts skipped (unlabelled)" if report["skipped"] else "")
+        )

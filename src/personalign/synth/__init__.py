@@ -1,0 +1,1 @@
+"""Data synthesis: generate new CUPID-, HiCUPID- and BenchPreS-style data with any model."""

@@ -1,0 +1,316 @@
+"""Machinery shared by the synthesis pipelines: recorded model calls, per-unit state files,
+the output manifest and small pure helpers.
+
+Every pipeline works in *units* (a CUPID persona, a HiCUPID user, a BenchPreS profile). A unit's
+state file holds the outputs of its finished stages and the record of every call; a re-run
+skips finished stages, so an interrupted synthesis resumes without repeating any call, and the
+call cache answers whatever a killed stage had already asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from personalign.errors import BudgetExceeded, ConfigError, ModelCallError, ParseError
+from personalign.judges.parsing import extract_json, snippet
+from personalign.llm.model import Model
+from personalign.llm.types import GenerateConfig
+from personalign.prompts import PromptTemplate
+from personalign.runs.manifest import identity_diff, now
+from personalign.runs.records import StepRecord
+from personalign.runs.steps import REASK, StepFailed, StepRunner
+from personalign.runs.store import write_json
+from personalign.types import Message
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+UnitStatus = Literal["pending", "ok", "error"]
+MANIFEST = "synth_manifest.json"
+
+
+class SynthSteps(StepRunner):
+    """`StepRunner` plus calls with an explicit message list (multi-turn simulations)."""
+
+    async def call_messages(
+        self,
+        name: str,
+        *,
+        role: str,
+        model: Model,
+        messages: Sequence[Message],
+        config: GenerateConfig,
+        parse: Callable[[str], T],
+        template: PromptTemplate | None = None,
+        reasks: int = 0,
+    ) -> T:
+        previous = self.reuse(name)
+        if previous is not None:
+            return previous.parsed  # type: ignore[no-any-return]
+        record = StepRecord(
+            role=role,
+            model=model.label,
+            prompt=template.name if template else None,
+            prompt_sha256=template.sha256 if template else None,
+        )
+        self.steps[name] = record
+        chat = list(messages)
+        for attempt in range(reasks + 1):
+            try:
+                completion = await model.complete(chat, config)
+            except (ModelCallError, BudgetExceeded) as exc:
+                record.status, record.error = "error", f"model call failed: {exc}"
+                raise StepFailed(name, record.error) from None
+            record.raw.append(completion.text)
+            record.prompt_tokens += completion.usage.prompt_tokens
+            record.completion_tokens += completion.usage.completion_tokens
+            if record.cost_usd is not None:
+                record.cost_usd = (
+                    None if completion.cost_usd is None else record.cost_usd + completion.cost_usd
+                )
+            record.cached = completion.cached if attempt == 0 else record.cached and completion.cached
+            record.latency_s += completion.latency_s
+            try:
+                parsed = parse(completion.text)
+            except ParseError as exc:
+                if attempt < reasks:
+                    record.flags.append("reask")
+                    chat = [
+                        *chat,
+                        Message(role="assistant", content=completion.text),
+                        Message(role="user", content=REASK.format(reason=str(exc))),
+                    ]
+                    continue
+                record.status = "error"
+                record.error = f"unparseable output: {exc} (raw: {snippet(completion.text)!r})"
+                raise StepFailed(name, record.error) from None
+            record.parsed = parsed
+            return parsed
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def json_config(
+    schema_name: str, schema: dict[str, Any], *, temperature: float, max_tokens: int
+) -> GenerateConfig:
+    """A schema-constrained generation config (SmolLM2 only parses reliably this way)."""
+    return GenerateConfig(
+        temperature=temperature,
+        max_tokens=max_tokens,
+        json_schema=schema,
+        schema_name=schema_name,
+        sample_index=ATTEMPT.get(),
+    )
+
+
+def scale_lengths(schema: Any, scale: float | None) -> Any:
+    """A copy of `schema` with every string ``maxLength`` multiplied by `scale`, or removed
+    when `scale` is None. Long length bounds make llama.cpp grammars slow (and very long ones
+    crash its server), while hosted APIs mostly ignore them; the parsers still check lengths."""
+    if isinstance(schema, list):
+        return [scale_lengths(item, scale) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "maxLength":
+            if scale is not None:
+                out[key] = max(20, int(value * scale))
+            continue
+        out[key] = scale_lengths(value, scale)
+    return out
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(root)"
+    return f"{where}: {err['msg']}"
+
+
+def parse_model(model_type: type[M], what: str) -> Callable[[str], M]:
+    """A strict parser: JSON text -> validated pydantic model, or `ParseError` naming the field."""
+
+    def parse(text: str) -> M:
+        value = extract_json(text)
+        try:
+            return model_type.model_validate(value)
+        except ValidationError as exc:
+            raise ParseError(f"{what}: {_first_error(exc)}") from None
+
+    return parse
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "x"
+
+
+# --- per-unit state -------------------------------------------------------------------------
+
+
+class UnitState(BaseModel):
+    """What is known about one unit: finished stages' outputs and every call's record."""
+
+    unit_id: str
+    status: UnitStatus = "pending"
+    attempt: int = Field(0, description="bumped when a failed unit is re-sampled (--resample-failed)")
+    failed_stage: str | None = None
+    error: str | None = None
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    stages: dict[str, Any] = Field(default_factory=dict, description="stage name -> output")
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+
+
+# The current unit's attempt number (every call's `sample_index`) and whether failed units are
+# re-sampled; context variables, so each unit's task (and its sub-tasks) sees its own value.
+ATTEMPT: ContextVar[int] = ContextVar("synth_attempt", default=0)
+RESAMPLE: ContextVar[bool] = ContextVar("synth_resample", default=False)
+
+
+def begin(state: UnitState) -> None:
+    """Mark a unit pending again. With re-sampling on, a failed unit gets a new attempt number,
+    which becomes the `sample_index` of its calls: a cached unparseable answer is then asked
+    anew instead of replayed (finished stages are still reused, not re-asked)."""
+    if state.status == "error" and RESAMPLE.get():
+        state.attempt += 1
+    state.status, state.failed_stage, state.error = "pending", None, None
+    ATTEMPT.set(state.attempt)
+
+
+class StateStore:
+    """One JSON file per unit under ``<out>/state/``, written atomically after every stage."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "state"
+
+    def path(self, unit_id: str) -> Path:
+        return self.root / f"{slug(unit_id)}.json"
+
+    def load(self, unit_id: str) -> UnitState | None:
+        path = self.path(unit_id)
+        if not path.exists():
+            return None
+        try:
+            return UnitState.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: not a valid synthesis state file ({_first_error(exc)})") from None
+
+    def save(self, state: UnitState) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_json(self.path(state.unit_id), state.model_dump(mode="json"))
+
+
+class Stage:
+    """Run one named stage of a unit, or reuse its stored output; saves the state after it."""
+
+    def __init__(self, state: UnitState, store: StateStore) -> None:
+        self.state = state
+        self.store = store
+        self.steps = SynthSteps(state.steps)
+
+    def done(self, name: str) -> bool:
+        return name in self.state.stages
+
+    def output(self, name: str) -> Any:
+        return self.state.stages[name]
+
+    def finish(self, name: str, output: Any) -> Any:
+        self.state.stages[name] = output
+        self.state.steps.update(self.steps.steps)
+        self.store.save(self.state)
+        return output
+
+    def fail(self, name: str, error: str) -> None:
+        self.state.status = "error"
+        self.state.failed_stage = name
+        self.state.error = error
+        self.state.steps.update(self.steps.steps)
+        self.store.save(self.state)
+
+
+# --- output manifest ------------------------------------------------------------------------
+
+
+def open_output(out: Path, identity: dict[str, Any], manifest: dict[str, Any]) -> bool:
+    """Create the output directory, or check that an existing one was made with the same
+    identity (pipeline, models, prompts, seed, sizes other than the unit count). Returns True
+    when resuming."""
+    path = out / MANIFEST
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old.get("identity") != identity:
+            diffs = identity_diff(old.get("identity", {}), identity)
+            raise ConfigError(
+                f"{out} holds a synthesis with another configuration ({'; '.join(diffs[:5])}); "
+                "pick another output directory"
+            )
+        write_json(
+            path, {**old, **manifest, "identity": identity, "created": old.get("created"), "updated": now()}
+        )
+        return True
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(path, {**manifest, "identity": identity, "created": now()})
+    return False
+
+
+def balanced_pick(
+    options: Sequence[str], counts: Mapping[str, int], rng: Any, k: int = 1, exclude: set[str] | None = None
+) -> list[str]:
+    """Pick `k` distinct options, always among the least used so far (ties broken by `rng`)."""
+    chosen: list[str] = []
+    banned = set(exclude or ())
+    for _ in range(k):
+        pool = [o for o in options if o not in banned and o not in chosen]
+        if not pool:
+            raise ValueError(f"not enough options to pick {k} from {list(options)}")
+        low = min(counts.get(o, 0) for o in pool)
+        choice = rng.choice([o for o in pool if counts.get(o, 0) == low])
+        chosen.append(choice)
+    return chosen
+
+
+async def run_units(
+    units: Sequence[Any],
+    work: Callable[[Any], Any],
+    *,
+    concurrency: int,
+    on_done: Callable[[UnitState], None] | None = None,
+) -> list[UnitState]:
+    """Run `work` over the units, `concurrency` at a time; on interruption, cancel the rest
+    (finished units and stages are already on disk) and re-raise."""
+    semaphore = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(unit: Any) -> UnitState:
+        async with semaphore:
+            state: UnitState = await work(unit)
+            if on_done is not None:
+                on_done(state)
+            return state
+
+    tasks = [asyncio.ensure_future(one(u)) for u in units]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write rows as JSON lines atomically (a temp file, then rename)."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)

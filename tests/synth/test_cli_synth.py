@@ -1,0 +1,87 @@
+"""`personalign synth cupid` end to end with scripted models (no injection: the spec is enough)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from personalign.cli import app
+from personalign.data.cupid import load_cupid
+
+runner = CliRunner()
+
+
+def test_synth_cupid_command_writes_loadable_data_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = [
+        "synth", "cupid", "--out", str(out), "--generator", "scripted/gen",
+        "--user-simulator", "scripted/user", "--assistant", "scripted/assistant",
+        "--leak-judge", "scripted/judge", "--personas", "2", "--factors", "4", "--sessions", "10",
+        "--max-turns", "3", "--cache", str(tmp_path / "c.sqlite"), "--no-progress",
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2/2 personas generated, 2 passed validation, 0 failed, 0 rejected" in result.output
+    dataset = load_cupid(out / "cupid.jsonl")
+    assert len(dataset.instances) == 6
+    assert {len(i.prior_interactions) for i in dataset.instances} == {5}
+    manifest = json.loads((out / "synth_manifest.json").read_text())
+    assert manifest["models"]["user_simulator"]["model"] == "user"
+    assert manifest["models"]["decomposer"]["model"] == "gen"  # defaults to the generator
+    # the per-role specs are used: each role's calls are counted under its own model
+    usage = json.loads((out / "summary.json").read_text())["usage"]["per_model"]
+    assert set(usage) == {"scripted/gen", "scripted/user", "scripted/assistant", "scripted/judge"}
+
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "calls 0" in again.output
+
+    changed = runner.invoke(app, [*args[:-1], "--seed", "1", "--no-progress"])
+    assert changed.exit_code == 2 and "another configuration" in changed.output
+
+
+def test_synth_cupid_rejects_impossible_sizes(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["synth", "cupid", "--out", str(tmp_path), "--sessions", "7"])
+    assert result.exit_code == 2 and "n_sessions" in result.output
+
+
+def test_synth_hicupid_command(tmp_path: Path) -> None:
+    out = tmp_path / "h"
+    args = ["synth", "hicupid", "--out", str(out), "-g", "scripted/g", "--users", "2", "--personas", "4",
+            "--schedules", "2", "--multi", "1", "--rounds", "2", "--no-cache", "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2/2 users generated, 2 passed validation" in result.output
+    qa = [json.loads(line) for line in (out / "qa.jsonl").read_text().splitlines()]
+    assert len(qa) == 2 * (4 + 1 + 2)
+
+
+def test_synth_benchpres_and_the_labels_round_trip(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    args = ["synth", "benchpres", "--out", str(out), "-g", "scripted/g", "--labeler", "scripted/l",
+            "--profiles", "2", "--facts", "4", "--contexts-per-domain", "1", "--no-cache",
+            "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2/2 profiles generated" in result.output and "unverified" in result.output
+    lines = (out / "labels.csv").read_text().splitlines()
+    assert len(lines) == 1 + 2 * 5 * 5
+    bad = runner.invoke(app, ["synth", "benchpres-labels", str(out)])
+    assert bad.exit_code == 2 and "no final label" in bad.output
+    header, *rows = lines
+    filled = [header] + [row + "suppress" if row.endswith(",") else row for row in rows]
+    (out / "labels.csv").write_text("\n".join(filled) + "\n")
+    good = runner.invoke(app, ["synth", "benchpres-labels", str(out)])
+    assert good.exit_code == 0, good.output
+    assert "10 rows (0 apply, 50 suppress)" in good.output
+
+
+def test_synth_exits_non_zero_when_nothing_passes(tmp_path: Path) -> None:
+    # a leak threshold this low rejects every persona (any shared word counts as a leak)
+    args = ["synth", "cupid", "--out", str(tmp_path / "o"), "-g", "scripted/g", "--personas", "1",
+            "--sessions", "9", "--factors", "3", "--max-turns", "1", "--leak-threshold", "0.01",
+            "--no-cache", "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert "0 passed validation" in result.output and "leak (lexical)" in result.output
