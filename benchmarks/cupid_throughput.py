@@ -35,7 +35,7 @@ from personalign.runs.cupid_run import RunSettings, make_factory, run_cupid  # n
 def stub_process(latency: float) -> Iterator[str]:
     """The loopback stub in its own process, so its CPU does not count against personalign's."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.stub_server", "--latency", str(latency)],
+        [sys.executable, "-m", "tests.support.stub_server", "--latency", str(latency), "--fast"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

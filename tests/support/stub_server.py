@@ -72,7 +72,12 @@ class StubServer:
     """uvicorn + Starlette on a free loopback port, in a background thread; use as a context manager."""
 
     def __init__(
-        self, responder: Responder | None = None, latency: float = 0.0, faults: FaultPlan | None = None
+        self,
+        responder: Responder | None = None,
+        latency: float = 0.0,
+        faults: FaultPlan | None = None,
+        *,
+        fast: bool = False,
     ) -> None:
         self.responder = responder or default_responder
         self.latency = latency
@@ -91,7 +96,10 @@ class StubServer:
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
         ]
         self._app = Starlette(routes=routes)
-        self._server = uvicorn.Server(uvicorn.Config(self._asgi, **UVICORN_OPTIONS))
+        # fast: uvicorn's C parser and loop (httptools, uvloop), for throughput measurements where
+        # the stub's own per-request CPU must not add to the fixed latency; "reset" needs h11.
+        options = {**UVICORN_OPTIONS, **({"http": "httptools", "loop": "uvloop"} if fast else {})}
+        self._server = uvicorn.Server(uvicorn.Config(self._asgi, **options))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, name="stub-server", daemon=True
         )
@@ -226,8 +234,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--fast", action="store_true", help="httptools + uvloop (no 'reset' fault)")
     args = parser.parse_args()
-    server = StubServer(latency=args.latency).start()
+    server = StubServer(latency=args.latency, fast=args.fast).start()
     print(server.base_url, flush=True)
     threading.Event().wait()
 

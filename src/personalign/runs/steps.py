@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from personalign.errors import BudgetExceeded, ModelCallError, ParseError
 from personalign.judges.parsing import snippet
-from personalign.llm.model import Model
+from personalign.llm.model import Model, call_priority
 from personalign.llm.types import GenerateConfig
 from personalign.prompts import PromptTemplate
 from personalign.runs.records import StepRecord
@@ -76,7 +76,9 @@ class StepRunner:
         messages: list[Message] = template.render(**values)
         for attempt in range(reasks + 1):
             try:
-                completion = await model.complete(messages, config)
+                # Later steps of an instance go first: finish started instances before new ones.
+                with call_priority(len(self.steps)):
+                    completion = await model.complete(messages, config)
             except (ModelCallError, BudgetExceeded) as exc:
                 record.status, record.error = "error", f"model call failed: {exc}"
                 raise StepFailed(name, record.error) from None
