@@ -229,3 +229,19 @@ def test_every_statement_is_decided_even_when_it_shares_no_word_with_the_request
         ("Use a warm tone.", "apply"),
         ("Lots of emojis.", "suppress"),
     ]
+
+
+def test_the_run_summary_prints_the_selection_quality(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from personalign.report.benchpres import print_run_summary
+
+    result = run_benchpres(
+        replace(CONFIG, samples=1),
+        settings(tmp_path, limit=2),
+        factory=factory_for(tmp_path, ScriptedBackend(selector)),
+    )
+    console = Console(record=True, width=300)
+    print_run_summary(result.summary, tmp_path / "run", console)
+    text = console.export_text()
+    assert "memory engine's own selection" in text and "over 10 decisions in 2 rows" in text
