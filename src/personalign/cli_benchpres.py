@@ -55,6 +55,14 @@ def run_benchpres_cmd(
         str | None,
         typer.Option(help="With --context memory: the model deciding apply/suppress (default: --judge)."),
     ] = None,
+    selection_only: Annotated[
+        bool,
+        typer.Option(
+            "--selection-only",
+            help="With --context memory: only the engine's apply/suppress decisions, scored against "
+            "preference_label (no subject model, no preference judge).",
+        ),
+    ] = False,
     samples: Annotated[
         int | None,
         typer.Option(help="Responses per row, averaged (default 3; 1 for the embedded local/smollm2)."),
@@ -104,10 +112,11 @@ def run_benchpres_cmd(
             completeness_judge=completeness_judge or judge_spec,
             mitigation=mitigation,
             reasoning=reasoning,  # type: ignore[arg-type]
-            samples=samples if samples is not None else defaults.samples,
+            samples=samples if samples is not None else (1 if selection_only else defaults.samples),
             temperature=temperature,
             context=context,
             memory_judge=memory_judge,
+            selection_only=selection_only,
             completeness=completeness,
             subject_max_tokens=max_tokens if max_tokens is not None else defaults.max_tokens,
             judge_max_tokens=judge_max_tokens,

@@ -245,3 +245,18 @@ def test_the_run_summary_prints_the_selection_quality(tmp_path: Path) -> None:
     print_run_summary(result.summary, tmp_path / "run", console)
     text = console.export_text()
     assert "memory engine's own selection" in text and "over 10 decisions in 2 rows" in text
+
+
+def test_selection_only_scores_the_decisions_without_any_subject_call(tmp_path: Path) -> None:
+    subject = ScriptedBackend()
+    result = run_benchpres(
+        replace(CONFIG, samples=1, selection_only=True),
+        settings(tmp_path, limit=3),
+        factory=factory_for(tmp_path, ScriptedBackend(selector), subject),
+    )
+    assert subject.calls == 0 and result.outcome.status == "complete"
+    assert result.summary["n_judgements"] == 0  # no preference judging either
+    assert result.summary["memory_selection"]["n_decisions"] == 15
+    assert result.summary["condition"] == "selection-only+context-memory"
+    with pytest.raises(ConfigError, match="--selection-only needs"):
+        replace(CONFIG, context="full", selection_only=True)

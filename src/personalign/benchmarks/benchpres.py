@@ -76,6 +76,9 @@ class BenchPresConfig:
     # The model that decides apply/suppress for context strategies that need one (``memory``);
     # None: the preference judge.
     memory_judge: str | None = None
+    # Only the context strategy's decisions (no subject, no preference judging): the memory
+    # engine's selection quality on its own.
+    selection_only: bool = False
 
     def __post_init__(self) -> None:
         if self.reasoning not in REASONING_MODES:
@@ -86,6 +89,8 @@ class BenchPresConfig:
             )
         if self.memory_judge is not None and not needs_judge(self.context):
             raise ConfigError(f"--memory-judge needs --context memory (the context is {self.context!r})")
+        if self.selection_only and not needs_judge(self.context):
+            raise ConfigError("--selection-only needs a context strategy that selects (--context memory)")
         if self.samples < 1:
             raise ConfigError("--samples must be at least 1")
         if not 0.0 <= self.temperature <= 2.0:
@@ -94,6 +99,8 @@ class BenchPresConfig:
     @property
     def condition(self) -> str:
         """A short name for the condition, e.g. ``mitigation+reasoning-on``."""
+        if self.selection_only:
+            return f"selection-only+context-{self.context}"
         parts = ["mitigation" if self.mitigation else "default"]
         if self.reasoning != "default":
             parts.append(f"reasoning-{self.reasoning}")
@@ -115,8 +122,11 @@ class BenchPresConfig:
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
-        if record["memory_judge"] is None:  # keeps the identity of runs made before the field existed
+        # keeps the identity of runs made before these fields existed
+        if record["memory_judge"] is None:
             del record["memory_judge"]
+        if not record["selection_only"]:
+            del record["selection_only"]
         return record
 
 
@@ -268,6 +278,14 @@ class BenchPresBenchmark:
     ) -> InstanceRecord:
         steps = StepRunner(previous)
         record = InstanceRecord(instance_id=item.id, meta=self.meta(item))
+        if self.config.selection_only:
+            try:
+                await self.context_prompt(item, steps)
+                result = TaskResult(status="ok")
+            except StepFailed as exc:
+                result = TaskResult(status="error", error=str(exc))
+            record.steps, record.results = steps.steps, {"selection": result}
+            return record
         tasks = ["preferences", *(["completeness"] if self.config.completeness else [])]
         try:
             message = await self.generate(item, steps)
