@@ -255,7 +255,7 @@ def test_selection_only_scores_the_decisions_without_any_subject_call(tmp_path: 
         factory=factory_for(tmp_path, ScriptedBackend(selector), subject),
     )
     assert subject.calls == 0 and result.outcome.status == "complete"
-    assert result.summary["n_judgements"] == 0  # no preference judging either
+    assert result.summary["n_judgements"] == 0 and result.summary["n_responses"] == 0
     assert result.summary["memory_selection"]["n_decisions"] == 15
     assert result.summary["condition"] == "selection-only+context-memory"
     with pytest.raises(ConfigError, match="--selection-only needs"):

@@ -431,7 +431,9 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
     return {
         "n_instances": len(records),
         "n_rows": len({r.meta.get("row_id") for r in records}),
-        "n_responses": len(records) - len(generation_errors),
+        "n_responses": sum(
+            1 for r in records if "generate" in r.steps and r.steps["generate"].status == "ok"
+        ),
         "n_judgements": len(judgements),
         "n_judgement_errors": n_attr - len(judgements),
         "all": selectivity_scores(judgements, seed=seed).to_record(),
