@@ -48,7 +48,7 @@ class _Units:
     def vectors(self, embedder: Embedder) -> DenseIndex:
         if self.dense is None or self.dense.size != len(self.dense_rows):
             matrix = (
-                np.vstack(self.dense_rows).astype(np.float32)
+                np.vstack(self.dense_rows).astype(np.float32, copy=False)
                 if self.dense_rows
                 else np.zeros((0, embedder.dim), dtype=np.float32)
             )
