@@ -302,7 +302,8 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             fmt(block["selectivity"]),
             f"{block['n_suppress']} / {block['n_apply']}",
         )
-    console.print(table)
+    if summary.get("n_judgements") or not summary.get("memory_selection"):  # not --selection-only
+        console.print(table)
     completeness = summary.get("completeness") or {}
     mean = completeness.get("mean")
     errors = summary.get("errors", {})
