@@ -45,8 +45,24 @@ def run_benchpres_cmd(
         str, typer.Option(help="default (send nothing) | on | off: the subject's reasoning mode.")
     ] = "default",
     context: Annotated[
-        str, typer.Option(help="Context strategy: how memory reaches the subject (built in: full).")
+        str,
+        typer.Option(
+            help="Context strategy: how memory reaches the subject. full (every statement, as in the "
+            "paper) | memory (the memory engine applies only the preferences its judge selects)."
+        ),
     ] = "full",
+    memory_judge: Annotated[
+        str | None,
+        typer.Option(help="With --context memory: the model deciding apply/suppress (default: --judge)."),
+    ] = None,
+    selection_only: Annotated[
+        bool,
+        typer.Option(
+            "--selection-only",
+            help="With --context memory: only the engine's apply/suppress decisions, scored against "
+            "preference_label (no subject model, no preference judge).",
+        ),
+    ] = False,
     samples: Annotated[
         int | None,
         typer.Option(help="Responses per row, averaged (default 3; 1 for the embedded local/smollm2)."),
@@ -96,9 +112,11 @@ def run_benchpres_cmd(
             completeness_judge=completeness_judge or judge_spec,
             mitigation=mitigation,
             reasoning=reasoning,  # type: ignore[arg-type]
-            samples=samples if samples is not None else defaults.samples,
+            samples=samples if samples is not None else (1 if selection_only else defaults.samples),
             temperature=temperature,
             context=context,
+            memory_judge=memory_judge,
+            selection_only=selection_only,
             completeness=completeness,
             subject_max_tokens=max_tokens if max_tokens is not None else defaults.max_tokens,
             judge_max_tokens=judge_max_tokens,
@@ -116,7 +134,9 @@ def run_benchpres_cmd(
         )
         console.print(
             f"benchpres: subject [bold]{config.subject}[/], judge {config.judge}, completeness judge "
-            f"{config.completeness_judge}; {config.condition}, {config.samples} sample(s) at "
+            f"{config.completeness_judge}"
+            + (f", memory judge {config.selection_judge}" if config.selection_judge else "")
+            + f"; {config.condition}, {config.samples} sample(s) at "
             f"temperature {config.temperature:g}, max {config.subject_max_tokens} tokens"
         )
         if EMBEDDED_DEFAULT in (config.subject, config.judge):

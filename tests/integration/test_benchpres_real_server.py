@@ -72,6 +72,26 @@ def test_benchpres_over_real_openai_compatible_server(tmp_path: Path) -> None:
         manifest = json.loads((tmp_path / "mitigated" / "manifest.json").read_text())
         assert manifest["reasoning_control"] is True and manifest["condition"] == "mitigation+reasoning-off"
 
+        # The memory engine as the context: SmolLM2 decides apply/suppress per preference, one row.
+        memory = run_benchpres(
+            replace(config, context="memory", samples=1),
+            replace(settings, run_dir=tmp_path / "memory", limit=1),
+        )
+        record = next(iter(RunDir(tmp_path / "memory").records().values()))
+        context = record.steps["context"]
+        assert context.status == "ok" and len(context.parsed["decisions"]) == 5
+        for decision in context.parsed["decisions"]:  # judged, or an error with its reason
+            assert decision["by"] == "openai-compat/smollm2" or (
+                decision["by"] == "error" and decision["error"]
+            )
+        kept = [d["statement"] for d in context.parsed["decisions"] if d["decision"] == "apply"]
+        dropped = [d["statement"] for d in context.parsed["decisions"] if d["decision"] == "suppress"]
+        assert all(s in context.parsed["prompt"] for s in kept)
+        assert not any(s in context.parsed["prompt"] for s in dropped)
+        selection = memory.summary["memory_selection"]
+        assert selection["n_decisions"] + selection["n_decision_errors"] == 5
+        assert memory.summary["models"]["memory_judge"] == "openai-compat/smollm2"
+
         # The same configuration again is answered from the cache.
         again = run_benchpres(config, replace(settings, run_dir=tmp_path / "again"))
         assert again.summary["usage"]["calls"] == 0 and again.summary["all"] == summary["all"]

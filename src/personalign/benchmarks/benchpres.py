@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from personalign.context.benchpres import context_strategies, get_context_strategy
+from personalign.context.benchpres import (
+    ContextResult,
+    StrategyEnv,
+    context_strategies,
+    get_context_strategy,
+    needs_judge,
+)
 from personalign.errors import ConfigError, ParseError
 from personalign.judges.benchpres import (
     COMPLETENESS_SCHEMA,
@@ -40,7 +46,7 @@ from personalign.types import BenchPresRow
 
 Reasoning = Literal["default", "on", "off"]
 REASONING_MODES: tuple[str, ...] = ("default", "on", "off")
-SUBJECT_STEPS = ("generate",)
+SUBJECT_STEPS = ("context", "generate")  # kept when re-judging a run
 
 TEMPLATES = {
     "memory_prompt": "benchpres/memory_prompt",
@@ -67,6 +73,12 @@ class BenchPresConfig:
     subject_max_tokens: int = 1024
     judge_max_tokens: int = 256
     reasks: int = 1
+    # The model that decides apply/suppress for context strategies that need one (``memory``);
+    # None: the preference judge.
+    memory_judge: str | None = None
+    # Only the context strategy's decisions (no subject, no preference judging): the memory
+    # engine's selection quality on its own.
+    selection_only: bool = False
 
     def __post_init__(self) -> None:
         if self.reasoning not in REASONING_MODES:
@@ -75,6 +87,10 @@ class BenchPresConfig:
             raise ConfigError(
                 f"unknown context {self.context!r} (choose from {', '.join(context_strategies())})"
             )
+        if self.memory_judge is not None and not needs_judge(self.context):
+            raise ConfigError(f"--memory-judge needs --context memory (the context is {self.context!r})")
+        if self.selection_only and not needs_judge(self.context):
+            raise ConfigError("--selection-only needs a context strategy that selects (--context memory)")
         if self.samples < 1:
             raise ConfigError("--samples must be at least 1")
         if not 0.0 <= self.temperature <= 2.0:
@@ -83,6 +99,8 @@ class BenchPresConfig:
     @property
     def condition(self) -> str:
         """A short name for the condition, e.g. ``mitigation+reasoning-on``."""
+        if self.selection_only:
+            return f"selection-only+context-{self.context}"
         parts = ["mitigation" if self.mitigation else "default"]
         if self.reasoning != "default":
             parts.append(f"reasoning-{self.reasoning}")
@@ -90,8 +108,26 @@ class BenchPresConfig:
             parts.append(f"context-{self.context}")
         return "+".join(parts)
 
+    @property
+    def selection_judge(self) -> str | None:
+        """The spec of the context strategy's judge, if the strategy uses one."""
+        return (self.memory_judge or self.judge) if needs_judge(self.context) else None
+
+    def model_specs(self) -> dict[str, str]:
+        """Spec per role: subject, judge, completeness_judge (and memory_judge for ``memory``)."""
+        specs = {"subject": self.subject, "judge": self.judge, "completeness_judge": self.completeness_judge}
+        if self.selection_judge is not None:
+            specs["memory_judge"] = self.selection_judge
+        return specs
+
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        record = asdict(self)
+        # keeps the identity of runs made before these fields existed
+        if record["memory_judge"] is None:
+            del record["memory_judge"]
+        if not record["selection_only"]:
+            del record["selection_only"]
+        return record
 
 
 @dataclass
@@ -99,6 +135,7 @@ class BenchPresModels:
     subject: Model
     judge: Model
     completeness_judge: Model
+    memory_judge: Model | None = None  # the context strategy's judge (``memory``)
 
 
 @dataclass(frozen=True)
@@ -137,7 +174,7 @@ class BenchPresBenchmark:
     def __init__(self, config: BenchPresConfig, models: BenchPresModels) -> None:
         self.config = config
         self.models = models
-        self.strategy = get_context_strategy(config.context)
+        self.strategy = get_context_strategy(config.context, StrategyEnv(judge=models.memory_judge))
 
     @staticmethod
     def instance_id(item: BenchPresItem) -> str:
@@ -169,13 +206,28 @@ class BenchPresBenchmark:
             temperature=0.0, max_tokens=self.config.judge_max_tokens, json_schema=schema, schema_name=name
         )
 
-    async def generate(self, item: BenchPresItem, steps: StepRunner) -> str:
+    async def context_prompt(self, item: BenchPresItem, steps: StepRunner) -> str:
+        """The subject's prompt from the context strategy; a strategy that reports details (e.g.
+        the memory engine's decisions) has them recorded as the ``context`` step."""
+        previous = steps.reuse("context")
+        if previous is not None and isinstance(previous.parsed, dict) and "prompt" in previous.parsed:
+            return str(previous.parsed["prompt"])
         try:
-            prompt = await self.strategy(item.row)
+            result = await self.strategy(item.row)
         except Exception as exc:  # a strategy's failure is this response's error, not the run's
             message = f"context strategy {self.config.context!r} failed: {type(exc).__name__}: {exc}"
             steps.steps["context"] = StepRecord(role="context", status="error", error=message)
             raise StepFailed("context", message) from exc
+        if isinstance(result, ContextResult):
+            model = self.models.memory_judge.label if self.models.memory_judge is not None else None
+            steps.steps["context"] = StepRecord(
+                role="context", model=model, parsed={**result.details, "prompt": result.prompt}
+            )
+            return result.prompt
+        return result
+
+    async def generate(self, item: BenchPresItem, steps: StepRunner) -> str:
+        prompt = await self.context_prompt(item, steps)
         template = TEMPLATES["subject_mitigation" if self.config.mitigation else "subject"]
         parsed = await steps.call(
             "generate",
@@ -226,6 +278,14 @@ class BenchPresBenchmark:
     ) -> InstanceRecord:
         steps = StepRunner(previous)
         record = InstanceRecord(instance_id=item.id, meta=self.meta(item))
+        if self.config.selection_only:
+            try:
+                await self.context_prompt(item, steps)
+                result = TaskResult(status="ok")
+            except StepFailed as exc:
+                result = TaskResult(status="error", error=str(exc))
+            record.steps, record.results = steps.steps, {"selection": result}
+            return record
         tasks = ["preferences", *(["completeness"] if self.config.completeness else [])]
         try:
             message = await self.generate(item, steps)
@@ -365,10 +425,15 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
         and isinstance(r.steps["generate"].parsed, dict)
         and r.steps["generate"].parsed.get("inline_reasoning")
     )
+    from personalign.memory.benchpres import selection_summary  # the memory engine, only if used
+
+    selection = selection_summary(records, seed=seed)
     return {
         "n_instances": len(records),
         "n_rows": len({r.meta.get("row_id") for r in records}),
-        "n_responses": len(records) - len(generation_errors),
+        "n_responses": sum(
+            1 for r in records if "generate" in r.steps and r.steps["generate"].status == "ok"
+        ),
         "n_judgements": len(judgements),
         "n_judgement_errors": n_attr - len(judgements),
         "all": selectivity_scores(judgements, seed=seed).to_record(),
@@ -383,4 +448,5 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
             "judge": judge_errors,
             "completeness": completeness_errors,
         },
+        **({"memory_selection": selection} if selection is not None else {}),
     }

@@ -92,7 +92,10 @@ class EntityIndex:
             posting = sorted((self._by_word.get(w, set()) for w in q), key=len)
             if posting and posting[0]:
                 common = set(posting[0]).intersection(*posting[1:])
-                units |= {u for u in common if any(q <= key for key in self._units[u])}
+                if len(q) == 1:  # a unit holding the word has a name containing it
+                    units |= common
+                else:
+                    units |= {u for u in common if any(q <= key for key in self._units[u])}
             # a unit's multi-word name inside the request's name (names are short: few subsets)
             words = sorted(q)
             if 2 <= len(words) <= 8:

@@ -48,7 +48,7 @@ class _Units:
     def vectors(self, embedder: Embedder) -> DenseIndex:
         if self.dense is None or self.dense.size != len(self.dense_rows):
             matrix = (
-                np.vstack(self.dense_rows).astype(np.float32)
+                np.vstack(self.dense_rows).astype(np.float32, copy=False)
                 if self.dense_rows
                 else np.zeros((0, embedder.dim), dtype=np.float32)
             )
@@ -70,6 +70,8 @@ class UserIndex:
         self._factor_words: list[frozenset[str]] = []
         self._revision = -1
         self._last_session = 0
+        self._times: np.ndarray = np.zeros(0)  # (timestamp, seq) of each session, for ordering
+        self._seqs: np.ndarray = np.zeros(0, dtype=np.int64)
 
     def refresh(self) -> None:
         revision = self.store.revision(self.user_id)
@@ -89,6 +91,8 @@ class UserIndex:
 
     def _add_sessions(self, new: Sequence[StoredSession]) -> None:
         self.sessions.extend(new)
+        self._times = np.concatenate([self._times, np.array([s.timestamp for s in new], dtype=np.float64)])
+        self._seqs = np.concatenate([self._seqs, np.array([s.seq for s in new], dtype=np.int64)])
         self._s.texts.extend(s.text for s in new)
         self._s.entities.add(entity_keys(s.text) for s in new)
         if self.embedder is not None:
@@ -139,7 +143,7 @@ class UserIndex:
         fused order.
         """
         matched = self._s.entities.matches(request_keys)
-        exact = sorted(matched, key=lambda i: (-matched[i], _key(self.sessions[i])), reverse=True)
+        exact = self._exact_order(matched)
         rankings = self._rankings(self._s, len(self.sessions), query, qvec, exact, depth)
         rankings = {c: r for c, r in rankings.items() if c in channels}
         fused = _fuse(rankings, len(self.sessions))
@@ -149,6 +153,15 @@ class UserIndex:
             position = {i: n for n, i in enumerate(lead)}
             fused.sort(key=lambda hit: position.get(hit[0], len(position)))
         return fused[:k]
+
+    def _exact_order(self, matched: dict[int, int]) -> list[int]:
+        """Matched sessions by the request's first-named name they mention, then newest first."""
+        if not matched:
+            return []
+        units = np.fromiter(matched.keys(), dtype=np.int64, count=len(matched))
+        named = np.fromiter(matched.values(), dtype=np.int64, count=len(matched))
+        order = np.lexsort((-self._seqs[units], -self._times[units], named))
+        return [int(i) for i in units[order]]
 
     def search_memories(
         self,
@@ -185,10 +198,6 @@ class UserIndex:
             # nothing scored (e.g. no shared words and no embedder): newest eligible memories first
             filtered = {"recent": sorted(allowed, key=lambda i: self.memories[i].valid_from, reverse=True)}
         return _fuse(filtered, k), bool(by_factor)
-
-
-def _key(session: StoredSession) -> tuple[float, int]:
-    return (session.timestamp, session.seq)
 
 
 def _fuse(rankings: dict[str, list[int]], k: int) -> list[tuple[int, float, dict[str, int]]]:

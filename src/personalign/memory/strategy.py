@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from personalign.llm import Model
-from personalign.memory.engine import MemoryBlock, MemoryEngine, RetrievalConfig
+from personalign.memory.engine import MemoryBlock, MemoryEngine, Retrieval, RetrievalConfig
 from personalign.memory.extract import extract_pending
 from personalign.memory.select import (
     SelectionPolicy,
@@ -27,7 +28,7 @@ from personalign.memory.select import (
     select_memories,
 )
 from personalign.memory.store import NewSession
-from personalign.memory.types import CommunicationContext
+from personalign.memory.types import CommunicationContext, RetrievedItem
 from personalign.retrieval import DEFAULT_EMBEDDER, Embedder, load_embedder
 
 USER = "instance"
@@ -121,10 +122,24 @@ async def statements_memory_block(
             engine.add_memory(
                 USER, text, category=category, valid_from=float(len(facts) + i), supersede=False
             )
-        k = len(facts) + len(preferences) if k_facts is None else k_facts + len(preferences)
-        found = engine.retrieve(USER, request, k_sessions=0, k_memories=k)
-        if k_facts is None:  # every statement, in stored order
-            found.memories.sort(key=lambda item: item.memory.valid_from if item.memory else 0.0)
+        stored = engine.memories(USER)  # in stored order: the facts, then the preferences
+        if k_facts is None:  # every statement
+            items = [RetrievedItem("memory", 0.0, memory=m) for m in stored]
+            found = Retrieval(USER, request, memories=items)
+        else:  # the k_facts most relevant facts; every preference is still decided
+            found = engine.retrieve(USER, request, k_sessions=0, k_memories=len(stored))
+            ranked = [i for i in found.memories if i.memory is not None and i.memory.kind == "fact"][:k_facts]
+            keep = {i.memory.id for i in ranked if i.memory is not None}
+            items = [i for i in found.memories if i.memory is not None and i.memory.id in keep]
+            hits = {i.memory.id for i in found.memories if i.memory is not None}
+            items += [
+                next(i for i in found.memories if i.memory is not None and i.memory.id == m.id)
+                if m.id in hits
+                else RetrievedItem("memory", 0.0, memory=m)
+                for m in stored
+                if m.kind == "preference"
+            ]
+            found = replace(found, memories=items)
         decisions = await select_memories(memories_of(found.memories), context, judge=judge, policy=policy)
         return MemoryBlock(render_memory_block(memories=applied(decisions)), found, decisions)
     finally:

@@ -302,7 +302,8 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             fmt(block["selectivity"]),
             f"{block['n_suppress']} / {block['n_apply']}",
         )
-    console.print(table)
+    if summary.get("n_judgements") or not summary.get("memory_selection"):  # not --selection-only
+        console.print(table)
     completeness = summary.get("completeness") or {}
     mean = completeness.get("mean")
     errors = summary.get("errors", {})
@@ -311,6 +312,15 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
         f"samples {summary['samples']} · errors: {len(errors.get('generation', {}))} responses, "
         f"{summary.get('n_judgement_errors', 0)} judgements, {len(errors.get('completeness', {}))} ratings"
     )
+    selection = summary.get("memory_selection")
+    if selection:
+        sel = selection["all"]
+        console.print(
+            f"memory engine's own selection (apply/suppress vs preference_label, no subject): "
+            f"MR {fmt(sel['mr'])} % · AAR {fmt(sel['aar'])} % · selectivity {fmt(sel['selectivity'])} % "
+            f"over {selection['n_decisions']} decisions in {selection['n_rows']} rows · "
+            f"{selection['n_decision_errors']} judge errors, {selection['n_rows_failed']} rows failed"
+        )
     usage = summary["usage"]
     console.print(
         f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "

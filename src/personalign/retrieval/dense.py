@@ -71,6 +71,9 @@ class MiniLMOnnxEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or os.cpu_count() or 1
         options.inter_op_num_threads = 1
+        # Idle ORT threads otherwise spin after each run, taking the cores numpy's BLAS needs for the
+        # search that follows (benchmarks/memory_speed.py: encoding + search p50 fell ~40% on 2 cores).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
@@ -188,7 +191,10 @@ class DenseIndex:
         self, embedder: Embedder, texts: Sequence[str] = (), *, vectors: Matrix | None = None
     ) -> None:
         self.embedder = embedder
-        self.vectors: Matrix = vectors if vectors is not None else embedder.encode(texts)
+        # One contiguous float32 matrix: each query is a single BLAS matrix-vector product, no copies.
+        self.vectors: Matrix = np.ascontiguousarray(
+            vectors if vectors is not None else embedder.encode(texts), dtype=np.float32
+        )
         self.size = int(self.vectors.shape[0])
 
     def scores(self, query: str | Matrix) -> npt.NDArray[np.float32]:
@@ -199,7 +205,7 @@ class DenseIndex:
             if isinstance(query, str)
             else np.asarray(query, dtype=np.float32)
         )
-        return np.asarray(self.vectors @ q, dtype=np.float32)
+        return self.vectors @ q  # type: ignore[no-any-return]
 
     def search(self, query: str | Matrix, k: int) -> list[Hit]:
         """The ``k`` most similar units to ``query`` (text or an already-encoded vector), best first."""

@@ -47,13 +47,19 @@ class BM25Index:
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every indexed unit for ``query`` (zeros when nothing matches)."""
-        if self._retriever is None:
-            return np.zeros(0, dtype=np.float32)
-        terms = [t for t in tokenize(query) if t in self._retriever.vocab_dict]
+        terms = self._known_terms(query)
         if not terms:
             return np.zeros(self.size, dtype=np.float32)
+        assert self._retriever is not None
         return np.asarray(self._retriever.get_scores(terms), dtype=np.float32)
+
+    def _known_terms(self, query: str) -> list[str]:
+        if self._retriever is None:
+            return []
+        return [t for t in tokenize(query) if t in self._retriever.vocab_dict]
 
     def search(self, query: str, k: int) -> list[Hit]:
         """The ``k`` best-scoring units for ``query``, best first."""
+        if not self._known_terms(query):  # nothing can score above 0: skip scoring every unit
+            return []
         return top_k(self.scores(query), k, min_score=0.0)

@@ -27,8 +27,8 @@ def top_k(scores: npt.NDArray[np.floating], k: int, *, min_score: float | None =
     k = min(k, scores.size)
     if k < scores.size:
         # Partition on the k-th best score, then keep everything tied with it so ties resolve by position.
-        kth = np.partition(-scores, k - 1)[k - 1]
-        candidates = np.flatnonzero(-scores <= kth)
+        kth = np.partition(scores, scores.size - k)[scores.size - k]  # the k-th best score
+        candidates = np.flatnonzero(scores >= kth)
     else:
         candidates = np.arange(scores.size)
     order = candidates[np.lexsort((candidates, -scores[candidates]))][:k]

@@ -58,7 +58,7 @@ def select(rows: Sequence[BenchPresRow], settings: RunSettings) -> list[BenchPre
 
 
 def benchpres_identity(config: BenchPresConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
-    models = {role: parse_model_spec(getattr(config, role)).label for role in ROLES}
+    models = {role: parse_model_spec(spec).label for role, spec in config.model_specs().items()}
     cfg = {k: v for k, v in config.to_record().items() if k not in models}
     return {
         "benchmark": "benchpres",
@@ -80,7 +80,7 @@ def build_manifest(
         "identity_hash": identity_hash(identity),
         "config": config.to_record(),
         "condition": config.condition,
-        "models": {role: factory.get(getattr(config, role)).spec.to_record() for role in ROLES},
+        "models": {role: factory.get(spec).spec.to_record() for role, spec in config.model_specs().items()},
         "reasoning_control": bool(getattr(subject.backend, "supports_reasoning", False)),
         "data": {"source": data.source, "sha256": data.sha256, "n_rows": len(data.rows)},
         "selection": {"limit": settings.limit},
@@ -130,7 +130,7 @@ def write_summary(
         "context": config.context,
         "samples": config.samples,
         "temperature": config.temperature,
-        "models": {role: parse_model_spec(getattr(config, role)).label for role in ROLES},
+        "models": {role: parse_model_spec(spec).label for role, spec in config.model_specs().items()},
         **metrics,
         "usage": factory.tracker.to_record(),
         **({"notice": SMALL_MODEL_NOTICE} if uses_default else {}),
@@ -138,6 +138,22 @@ def write_summary(
     }
     run_dir.write_summary(summary)
     return summary
+
+
+@dataclass
+class _Reusing:
+    """The benchmark, given the saved steps of another run to reuse (re-scoring)."""
+
+    benchmark: BenchPresBenchmark
+    previous_steps: Callable[[str], Mapping[str, StepRecord] | None]
+
+    def instance_id(self, item: BenchPresItem) -> str:
+        return self.benchmark.instance_id(item)
+
+    async def evaluate(
+        self, item: BenchPresItem, previous: Mapping[str, StepRecord] | None = None
+    ) -> InstanceRecord:
+        return await self.benchmark.evaluate(item, previous or self.previous_steps(item.id))
 
 
 async def _execute(
@@ -152,13 +168,14 @@ async def _execute(
         subject=factory.get(config.subject),
         judge=factory.get(config.judge),
         completeness_judge=factory.get(config.completeness_judge),
+        memory_judge=factory.get(config.selection_judge) if config.selection_judge else None,
     )
     benchmark = BenchPresBenchmark(config, models)
     progress = (
         RunProgress(factory.tracker, total=len(items), label="benchpres") if settings.progress else None
     )
     runner: Runner[BenchPresItem] = Runner(
-        benchmark,
+        _Reusing(benchmark, previous_steps) if previous_steps else benchmark,
         run_dir,
         factory.tracker,
         concurrency=settings.concurrency,
@@ -251,6 +268,8 @@ def rescore_benchpres(
         old,
         judge=judge or old.judge,
         completeness_judge=completeness_judge or judge or old.completeness_judge,
+        # the context step (the memory engine's decisions) is reused, so its judge stays the old one
+        memory_judge=old.selection_judge,
     )
     source_data = manifest["data"]["source"]
     if str(source_data).startswith("fixture:"):
