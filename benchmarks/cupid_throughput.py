@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from personalign.benchmarks.cupid import CupidConfig  # noqa: E402
 from personalign.data.cupid import load_cupid  # noqa: E402
-from personalign.runs.cupid_run import RunSettings, make_factory, run_cupid  # noqa: E402
+from personalign.runs.cupid_run import RunSettings, run_cupid  # noqa: E402
+from personalign.runs.lifecycle import make_factory  # noqa: E402
 
 
 @contextmanager

@@ -80,7 +80,8 @@ def run_cupid_cmd(
     """Run CUPID (inference and/or generation) and write a run directory."""
     from personalign.benchmarks.cupid import CupidConfig, default_subject_max_tokens
     from personalign.report.cupid import print_run_summary
-    from personalign.runs.cupid_run import SMALL_MODEL_NOTICE, RunSettings, run_cupid
+    from personalign.runs.cupid_run import RunSettings, run_cupid
+    from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
         if model and model != EMBEDDED_DEFAULT and not judge:

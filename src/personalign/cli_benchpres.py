@@ -96,7 +96,8 @@ def run_benchpres_cmd(
     from personalign.benchmarks.benchpres import BenchPresConfig
     from personalign.report.benchpres import print_run_summary
     from personalign.runs.benchpres_run import defaults_for, run_benchpres
-    from personalign.runs.cupid_run import SMALL_MODEL_NOTICE, RunSettings
+    from personalign.runs.cupid_run import RunSettings
+    from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
         if model and model != EMBEDDED_DEFAULT and not judge:

@@ -82,7 +82,8 @@ def run_hicupid_cmd(
     """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
     from personalign.benchmarks.hicupid import HiCupidConfig
     from personalign.report.hicupid import print_run_summary
-    from personalign.runs.hicupid_run import SMALL_MODEL_NOTICE, HiCupidRunSettings, run_hicupid
+    from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
+    from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
     from personalign.types_hicupid import TEST_SPLITS
 
     try:

@@ -22,11 +22,12 @@ from personalign.data.benchpres import LoadedBenchPres, describe_source, load_be
 from personalign.errors import ConfigError
 from personalign.llm import ModelFactory
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
-from personalign.runs.cupid_run import SMALL_MODEL_NOTICE, RunResult, RunSettings, _slug, make_factory
+from personalign.runs import lifecycle
+from personalign.runs.cupid_run import RunSettings
+from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
-from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import Runner, RunOutcome, open_run
+from personalign.runs.runner import RunOutcome, open_run
 from personalign.runs.store import RunDir
 from personalign.types import BenchPresRow
 
@@ -93,8 +94,7 @@ def build_manifest(
 
 
 def default_run_dir(config: BenchPresConfig, identity: dict[str, Any], root: Path) -> Path:
-    subject = _slug(parse_model_spec(config.subject).label.replace("/", "-"))
-    return root / "benchpres" / f"{subject}__{config.condition}__{identity_hash(identity)[:8]}"
+    return lifecycle.default_run_dir(root, "benchpres", config.subject, [config.condition], identity)
 
 
 def check_reasoning(config: BenchPresConfig, factory: ModelFactory) -> None:
@@ -140,22 +140,6 @@ def write_summary(
     return summary
 
 
-@dataclass
-class _Reusing:
-    """The benchmark, given the saved steps of another run to reuse (re-scoring)."""
-
-    benchmark: BenchPresBenchmark
-    previous_steps: Callable[[str], Mapping[str, StepRecord] | None]
-
-    def instance_id(self, item: BenchPresItem) -> str:
-        return self.benchmark.instance_id(item)
-
-    async def evaluate(
-        self, item: BenchPresItem, previous: Mapping[str, StepRecord] | None = None
-    ) -> InstanceRecord:
-        return await self.benchmark.evaluate(item, previous or self.previous_steps(item.id))
-
-
 async def _execute(
     config: BenchPresConfig,
     items: Sequence[BenchPresItem],
@@ -170,45 +154,25 @@ async def _execute(
         completeness_judge=factory.get(config.completeness_judge),
         memory_judge=factory.get(config.selection_judge) if config.selection_judge else None,
     )
-    benchmark = BenchPresBenchmark(config, models)
-    progress = (
-        RunProgress(factory.tracker, total=len(items), label="benchpres") if settings.progress else None
-    )
-    runner: Runner[BenchPresItem] = Runner(
-        _Reusing(benchmark, previous_steps) if previous_steps else benchmark,
+    return await execute(
+        BenchPresBenchmark(config, models),
+        items,
         run_dir,
-        factory.tracker,
+        factory,
         concurrency=settings.concurrency,
-        on_done=(lambda _record: progress.advance()) if progress else None,
-        on_skipped=progress.advance_by if progress else None,
+        progress=settings.progress,
+        label="benchpres",
+        previous_steps=previous_steps,
     )
-    try:
-        if progress:
-            with progress:
-                return await runner.run(items)
-        return await runner.run(items)
-    finally:
-        await factory.aclose()
 
 
 def _finished_run(config: BenchPresConfig, settings: RunSettings, data: str | Path) -> RunResult | None:
-    """The stored result when this exact run already finished cleanly, else None."""
     source, sha = describe_source(data)
     if sha is None:
         return None
     identity = benchpres_identity(config, source, sha, settings.seed)
     run_dir = RunDir(settings.run_dir or default_run_dir(config, identity, settings.runs_root))
-    if not run_dir.exists():
-        return None
-    manifest, summary = run_dir.read_manifest(), run_dir.read_summary()
-    if (
-        summary is None
-        or summary.get("status") != "complete"
-        or manifest.get("identity") != identity
-        or summary.get("selection") != {"limit": settings.limit}
-    ):
-        return None
-    return RunResult(run_dir, RunOutcome("complete", 0, summary["n_instances"]), summary)
+    return finished_result(run_dir, identity, {"limit": settings.limit})
 
 
 def run_benchpres(

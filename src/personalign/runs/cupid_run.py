@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,20 +18,16 @@ from personalign.benchmarks.cupid import (
 )
 from personalign.data.cupid import LoadedDataset, describe_source, load_cupid
 from personalign.errors import ConfigError
-from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
+from personalign.llm import ModelFactory
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs import lifecycle
 from personalign.runs.heap import building_long_lived, long_lived_frozen
+from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
-from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import Runner, RunOutcome, open_run
+from personalign.runs.runner import RunOutcome, open_run
 from personalign.runs.store import RunDir
 from personalign.types import CupidInstance
-
-SMALL_MODEL_NOTICE = (
-    "Numbers from the bundled 135M-parameter model demonstrate the pipeline, not any model's "
-    "ability; use --model/--judge with real models for meaningful results."
-)
 
 
 @dataclass(frozen=True)
@@ -52,15 +47,15 @@ class RunSettings:
     progress: bool = True
 
 
+def _selection(settings: RunSettings) -> dict[str, Any]:
+    return {"limit": settings.limit, "instance_types": list(settings.instance_types)}
+
+
 def select(instances: Sequence[CupidInstance], settings: RunSettings) -> list[CupidInstance]:
     chosen = [
         i for i in instances if not settings.instance_types or i.instance_type in settings.instance_types
     ]
     return chosen[: settings.limit] if settings.limit is not None else chosen
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
 
 
 def cupid_identity(config: CupidConfig, data: LoadedDataset, seed: int) -> dict[str, Any]:
@@ -106,24 +101,7 @@ def build_manifest(
 
 
 def default_run_dir(config: CupidConfig, identity: dict[str, Any], root: Path) -> Path:
-    subject = _slug(parse_model_spec(config.subject).label.replace("/", "-"))
-    return root / "cupid" / f"{subject}__{config.context}__{config.task}__{identity_hash(identity)[:8]}"
-
-
-def make_factory(settings: RunSettings) -> ModelFactory:
-    cache = CallCache(settings.cache_path or default_cache_path()) if settings.use_cache else None
-    return ModelFactory(
-        cache=cache,
-        tracker=UsageTracker(max_cost_usd=settings.max_cost_usd),
-        prices=PriceTable.load(settings.prices),
-    )
-
-
-@dataclass
-class RunResult:
-    run_dir: RunDir
-    outcome: RunOutcome
-    summary: dict[str, Any]
+    return lifecycle.default_run_dir(root, "cupid", config.subject, [config.context, config.task], identity)
 
 
 def write_summary(
@@ -170,59 +148,25 @@ async def _execute(
         matcher=factory.get(config.matcher),
         judge=factory.get(config.judge),
     )
-    benchmark = CupidBenchmark(config, models)
-    if previous_steps is not None:
-        original = benchmark.evaluate
-
-        async def evaluate(
-            instance: CupidInstance, previous: Mapping[str, StepRecord] | None = None
-        ) -> InstanceRecord:
-            return await original(instance, previous or previous_steps(instance.id))
-
-        benchmark.evaluate = evaluate  # type: ignore[method-assign]
-    progress = (
-        RunProgress(factory.tracker, total=len(instances), label="cupid") if settings.progress else None
-    )
-    runner: Runner[CupidInstance] = Runner(
-        benchmark,
+    return await execute(
+        CupidBenchmark(config, models),
+        instances,
         run_dir,
-        factory.tracker,
+        factory,
         concurrency=settings.concurrency,
-        on_done=(lambda _record: progress.advance()) if progress else None,
-        on_skipped=progress.advance_by if progress else None,
+        progress=settings.progress,
+        label="cupid",
+        previous_steps=previous_steps,
     )
-    try:
-        if progress:
-            with progress:
-                return await runner.run(instances)
-        return await runner.run(instances)
-    finally:
-        await factory.aclose()
 
 
 def _finished_run(config: CupidConfig, settings: RunSettings, data: str | Path) -> RunResult | None:
-    """The stored result when this exact run already finished cleanly, else None.
-
-    Compares the identity (config, models, data hash, seed) and the selection, so nothing is
-    re-read or re-scored when there is nothing left to do.
-    """
     source, sha = describe_source(data)
     if sha is None:
         return None
     identity = cupid_identity_from(config, source, sha, settings.seed)
     run_dir = RunDir(settings.run_dir or default_run_dir(config, identity, settings.runs_root))
-    if not run_dir.exists():
-        return None
-    manifest, summary = run_dir.read_manifest(), run_dir.read_summary()
-    selection = {"limit": settings.limit, "instance_types": list(settings.instance_types)}
-    if (
-        summary is None
-        or summary.get("status") != "complete"
-        or manifest.get("identity") != identity
-        or summary.get("selection") != selection
-    ):
-        return None
-    return RunResult(run_dir, RunOutcome("complete", 0, summary["n_instances"]), summary)
+    return finished_result(run_dir, identity, _selection(settings))
 
 
 def run_cupid(
@@ -249,9 +193,14 @@ def run_cupid(
         )
         open_run(run_dir, manifest)
         outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
-    selection = {"limit": settings.limit, "instance_types": list(settings.instance_types)}
     summary = write_summary(
-        run_dir, config, outcome.records, outcome.status, factory, settings.seed, {"selection": selection}
+        run_dir,
+        config,
+        outcome.records,
+        outcome.status,
+        factory,
+        settings.seed,
+        {"selection": _selection(settings)},
     )
     return RunResult(run_dir, outcome, summary)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,19 +19,16 @@ from personalign.benchmarks.hicupid import (
 from personalign.context.hicupid import ContextOptions, context_settings
 from personalign.data.hicupid import HiCupidDataset, describe_source, load_hicupid
 from personalign.errors import ConfigError
-from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
+from personalign.llm import ModelFactory, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs import lifecycle
+from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
-from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import Runner, RunOutcome, open_run
+from personalign.runs.runner import RunOutcome, open_run
 from personalign.runs.store import RunDir
 from personalign.types_hicupid import QA_SPLITS, QUESTION_TYPES, TEST_SPLITS, HiCupidQA
 
-SMALL_MODEL_NOTICE = (
-    "Numbers from the bundled 135M-parameter model demonstrate the pipeline, not any model's "
-    "ability; use --model/--judge with real models for meaningful results."
-)
 ROLES = ("subject", "judge")
 
 
@@ -79,10 +75,6 @@ def select(dataset: HiCupidDataset, settings: HiCupidRunSettings) -> list[HiCupi
         and (not settings.users or q.user_id in settings.users)
     ]
     return chosen[: settings.limit] if settings.limit is not None else chosen
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
 
 
 def hicupid_identity(config: HiCupidConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
@@ -140,25 +132,11 @@ def _package_versions() -> dict[str, str | None]:
 
 
 def default_run_dir(config: HiCupidConfig, identity: dict[str, Any], root: Path) -> Path:
-    subject = _slug(parse_model_spec(config.subject).label.replace("/", "-"))
     method = config.method.replace("/", "-")
-    return root / "hicupid" / f"{subject}__{config.context}__{method}__{identity_hash(identity)[:8]}"
+    return lifecycle.default_run_dir(root, "hicupid", config.subject, [config.context, method], identity)
 
 
-def make_factory(settings: HiCupidRunSettings) -> ModelFactory:
-    cache = CallCache(settings.cache_path or default_cache_path()) if settings.use_cache else None
-    return ModelFactory(
-        cache=cache,
-        tracker=UsageTracker(max_cost_usd=settings.max_cost_usd),
-        prices=PriceTable.load(settings.prices),
-    )
-
-
-@dataclass
-class HiCupidRunResult:
-    run_dir: RunDir
-    outcome: RunOutcome
-    summary: dict[str, Any]
+HiCupidRunResult = RunResult
 
 
 def write_summary(
@@ -197,53 +175,27 @@ async def _execute(
     settings: HiCupidRunSettings,
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
 ) -> RunOutcome:
-    if previous_steps is not None:
-        original = benchmark.evaluate
-
-        async def evaluate(qa: HiCupidQA, previous: Mapping[str, StepRecord] | None = None) -> InstanceRecord:
-            return await original(qa, previous or previous_steps(qa.id))
-
-        benchmark.evaluate = evaluate  # type: ignore[method-assign]
-    progress = (
-        RunProgress(factory.tracker, total=len(questions), label="hicupid") if settings.progress else None
-    )
-    runner: Runner[HiCupidQA] = Runner(
+    return await execute(
         benchmark,
+        questions,
         run_dir,
-        factory.tracker,
+        factory,
         concurrency=settings.concurrency,
-        on_done=(lambda _record: progress.advance()) if progress else None,
-        on_skipped=progress.advance_by if progress else None,
+        progress=settings.progress,
+        label="hicupid",
+        previous_steps=previous_steps,
     )
-    try:
-        if progress:
-            with progress:
-                return await runner.run(questions)
-        return await runner.run(questions)
-    finally:
-        await factory.aclose()
 
 
 def _finished_run(
     config: HiCupidConfig, settings: HiCupidRunSettings, data: str | Path
 ) -> HiCupidRunResult | None:
-    """The stored result when this exact run already finished cleanly (same identity and selection)."""
     source, sha = describe_source(data)
     if sha is None:
         return None
     identity = hicupid_identity(config, source, sha, settings.seed)
     run_dir = RunDir(settings.run_dir or default_run_dir(config, identity, settings.runs_root))
-    if not run_dir.exists():
-        return None
-    manifest, summary = run_dir.read_manifest(), run_dir.read_summary()
-    if (
-        summary is None
-        or summary.get("status") != "complete"
-        or manifest.get("identity") != identity
-        or summary.get("selection") != settings.selection()
-    ):
-        return None
-    return HiCupidRunResult(run_dir, RunOutcome("complete", 0, summary["n_instances"]), summary)
+    return finished_result(run_dir, identity, settings.selection())
 
 
 def embedding_cache_path(settings: HiCupidRunSettings) -> Path | None:
