@@ -130,17 +130,67 @@ def run_cupid_cmd(
 
 @app.command()
 def rescore(
-    run: Annotated[Path, typer.Argument(help="A finished run directory.")],
+    run: Annotated[Path, typer.Argument(help="A finished run directory (CUPID, HiCUPID or BenchPreS).")],
     judge: JudgeOpt = None,
-    decomposer: Annotated[str | None, typer.Option()] = None,
-    matcher: Annotated[str | None, typer.Option()] = None,
-    matcher_format: Annotated[str | None, typer.Option()] = None,
+    decomposer: Annotated[str | None, typer.Option(help="CUPID: new decomposer spec.")] = None,
+    matcher: Annotated[str | None, typer.Option(help="CUPID: new matcher spec.")] = None,
+    matcher_format: Annotated[str | None, typer.Option(help="CUPID: default | prefmatcher.")] = None,
+    judge_format: Annotated[str | None, typer.Option(help="HiCUPID: json | text.")] = None,
+    both_orders: Annotated[
+        bool | None, typer.Option("--both-orders/--one-order", help="HiCUPID: judge A/B in both orders.")
+    ] = None,
+    completeness_judge: Annotated[
+        str | None, typer.Option(help="BenchPreS: new completeness judge spec (default: --judge).")
+    ] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
     concurrency: Annotated[int, typer.Option()] = 8,
     cache: Annotated[Path | None, typer.Option()] = None,
     progress: Annotated[bool, typer.Option()] = True,
 ) -> None:
-    """Re-judge a run's saved subject outputs with other judge models (no subject calls)."""
+    """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
+
+    The benchmark is read from the run's manifest; options of other benchmarks are refused.
+    """
+    from personalign.errors import ConfigError
+    from personalign.runs.store import RunDir
+
+    try:
+        benchmark = str(RunDir(run).read_manifest().get("benchmark", "cupid"))
+        own = {
+            "cupid": {"decomposer", "matcher", "matcher_format"},
+            "hicupid": {"judge_format", "both_orders"},
+            "benchpres": {"completeness_judge"},
+        }
+        given = {
+            name
+            for name, value in {
+                "decomposer": decomposer,
+                "matcher": matcher,
+                "matcher_format": matcher_format,
+                "judge_format": judge_format,
+                "both_orders": both_orders,
+                "completeness_judge": completeness_judge,
+            }.items()
+            if value is not None
+        }
+        foreign = sorted(given - own.get(benchmark, set()))
+        if foreign:
+            flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+            raise ConfigError(f"{run} is a {benchmark} run: {flags} does not apply to it")
+    except PersonalignError as exc:
+        _fail(exc)
+        return
+    if benchmark == "hicupid":
+        if judge is None:
+            _fail(ConfigError("re-scoring a HiCUPID run needs --judge"))
+        cli_hicupid.rescore_cmd(
+            run, str(judge), judge_format, both_orders, run_dir, concurrency, cache, progress
+        )
+        return
+    if benchmark == "benchpres":
+        cli_benchpres.rescore_cmd(run, judge, completeness_judge, run_dir, concurrency, cache, progress)
+        return
+
     from personalign.report.cupid import print_run_summary
     from personalign.runs.cupid_run import RunSettings, rescore_cupid
 
@@ -193,10 +243,22 @@ def report(
 @app.command()
 def validate(
     path: Annotated[
-        str, typer.Argument(help="A CUPID .parquet/.json/.jsonl file or directory, or 'fixture'.")
+        str,
+        typer.Argument(help="A data file or directory in the benchmark's official schema, or 'fixture'."),
     ],
+    benchmark: Annotated[
+        str, typer.Option("--benchmark", "-b", help="cupid | hicupid | benchpres")
+    ] = "cupid",
 ) -> None:
-    """Check a CUPID data file against the official schema."""
+    """Check data against a benchmark's official schema and print what it holds."""
+    if benchmark == "hicupid":
+        cli_hicupid.validate_cmd(path)
+        return
+    if benchmark == "benchpres":
+        cli_benchpres.validate_cmd(path)
+        return
+    if benchmark != "cupid":
+        _fail(PersonalignError(f"unknown benchmark {benchmark!r} (cupid | hicupid | benchpres)"))
     from personalign.data.cupid import load_cupid
 
     try:

@@ -181,7 +181,6 @@ def build_cmd(
     )
 
 
-@benchpres_app.command("validate")
 def validate_cmd(
     path: Annotated[str, typer.Argument(help="A BenchPreS .parquet/.json/.jsonl file, or 'fixture'.")],
 ) -> None:
@@ -217,7 +216,6 @@ def validate_cmd(
     )
 
 
-@benchpres_app.command("rescore")
 def rescore_cmd(
     run: Annotated[Path, typer.Argument(help="A finished BenchPreS run directory.")],
     judge: Annotated[str | None, typer.Option("--judge", "-j", help="New preference judge spec.")] = None,

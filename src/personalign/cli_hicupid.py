@@ -1,4 +1,4 @@
-"""HiCUPID commands: `run hicupid`, `run hicupid-retrieval`, `rescore-hicupid`, `validate-hicupid`,
+"""HiCUPID commands: `run hicupid`, `run hicupid-retrieval`, the HiCUPID sides of `rescore` and `validate`,
 and `agree` (judge agreement between two runs of CUPID or HiCUPID)."""
 
 from __future__ import annotations
@@ -290,6 +290,4 @@ def agree_cmd(
 def register(app: typer.Typer, run_app: typer.Typer) -> None:
     run_app.command("hicupid")(run_hicupid_cmd)
     run_app.command("hicupid-retrieval")(run_retrieval_cmd)
-    app.command("rescore-hicupid")(rescore_cmd)
-    app.command("validate-hicupid")(validate_cmd)
     app.command("agree")(agree_cmd)

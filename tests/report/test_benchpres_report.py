@@ -76,12 +76,24 @@ def test_cli_run_then_report(tmp_path: Path) -> None:
     assert "BenchPreS main table" in result.output
     assert (out / "benchpres_scatter.png").exists() and not (out / "report.md").exists()
 
+    # `rescore` reads the benchmark from the manifest and refuses other benchmarks' options.
+    result = runner.invoke(app, ["rescore", str(tmp_path / "a"), "--judge", "scripted/k", "--both-orders"])
+    assert result.exit_code == 2 and "--both-orders does not apply" in " ".join(result.output.split())
+    result = runner.invoke(
+        app,
+        ["rescore", str(tmp_path / "a"), "--judge", "scripted/k", "--run-dir", str(tmp_path / "r"),
+         "--cache", cache, "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rescored = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert rescored["config"]["judge"] == "scripted/k" and rescored["config"]["subject"] == "scripted/s"
+
 
 def test_cli_refuses_model_without_judge_and_validates_and_builds(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["run", "benchpres", "--model", "scripted/s"])
     assert result.exit_code == 2 and "--judge is required" in result.output
-    result = runner.invoke(app, ["benchpres", "validate", "fixture"])
+    result = runner.invoke(app, ["validate", "--benchmark", "benchpres", "fixture"])
     assert result.exit_code == 0
     info = json.loads(result.output)
     assert info["rows"] == 24 and info["profiles"] == 3 and info["apply"] + info["suppress"] == 120
@@ -92,5 +104,5 @@ def test_cli_refuses_model_without_judge_and_validates_and_builds(tmp_path: Path
     assert len(out.read_text().splitlines()) == 24
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "p"}\n')
-    result = runner.invoke(app, ["benchpres", "validate", str(bad)])
+    result = runner.invoke(app, ["validate", "-b", "benchpres", str(bad)])
     assert result.exit_code == 2 and "row 0" in result.output

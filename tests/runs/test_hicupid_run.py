@@ -304,16 +304,16 @@ def test_cli_run_report_agree_validate_and_retrieval(tmp_path: Path) -> None:
     assert out.exit_code == 0 and json.loads(out.stdout)["n_common_instances"] == 4
     out = runner.invoke(
         app,
-        ["rescore-hicupid", str(tmp_path / "a"), "--judge", "scripted/d", "--run-dir", str(tmp_path / "d"),
+        ["rescore", str(tmp_path / "a"), "--judge", "scripted/d", "--run-dir", str(tmp_path / "d"),
          "--cache", str(tmp_path / "c.sqlite"), "--no-progress"],
     )  # fmt: skip
     assert out.exit_code == 0, out.output
     assert RunDir(tmp_path / "d").read_manifest()["identity"]["models"]["judge"] == "scripted/d"
     out = runner.invoke(
-        app, ["rescore-hicupid", str(tmp_path / "d"), "--judge", "scripted/e", "--judge-format", "xml"]
+        app, ["rescore", str(tmp_path / "d"), "--judge", "scripted/e", "--judge-format", "xml"]
     )
     assert out.exit_code == 2 and "judge format must be one of" in out.output
-    out = runner.invoke(app, ["validate-hicupid", "fixture"])
+    out = runner.invoke(app, ["validate", "--benchmark", "hicupid", "fixture"])
     assert out.exit_code == 0 and json.loads(out.stdout)["questions"] == 42
     out = runner.invoke(
         app, ["run", "hicupid-retrieval", "--retriever", "bm25", "--out", str(tmp_path / "r")]
