@@ -8,18 +8,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from personalign import cli_benchpres, cli_hicupid
+from personalign.cli_common import console, exit_if_stopped
+from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_synth import register as register_synth
 from personalign.errors import PersonalignError
-from personalign.llm.spec import EMBEDDED_DEFAULT
+from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
-console = Console(stderr=True)
 
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="Subject model spec (default: local/smollm2).")
@@ -28,11 +28,6 @@ JudgeOpt = Annotated[
     str | None,
     typer.Option("--judge", "-j", help="Judge model spec for every judge role (required with --model)."),
 ]
-
-
-def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
-    raise typer.Exit(2)
 
 
 @run_app.command("cupid")
@@ -84,12 +79,7 @@ def run_cupid_cmd(
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
-        if model and model != EMBEDDED_DEFAULT and not judge:
-            raise PersonalignError(
-                "--judge is required with --model: personalign never lets a model grade itself by default"
-            )
-        subject = model or EMBEDDED_DEFAULT
-        judge_spec = judge or EMBEDDED_DEFAULT
+        subject, judge_spec = subject_and_judge(model, judge)
         config = CupidConfig(
             subject=subject,
             decomposer=decomposer or judge_spec,
@@ -124,8 +114,7 @@ def run_cupid_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
-    if result.outcome.status == "stopped_budget":
-        raise typer.Exit(3)
+    exit_if_stopped(result.outcome.status)
 
 
 @app.command()

@@ -7,17 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from personalign.cli_common import console, exit_if_stopped
+from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
-from personalign.llm.spec import EMBEDDED_DEFAULT
-
-console = Console(stderr=True)
-
-
-def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
-    raise typer.Exit(2)
+from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 
 
 def run_benchpres_cmd(
@@ -100,12 +94,7 @@ def run_benchpres_cmd(
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
-        if model and model != EMBEDDED_DEFAULT and not judge:
-            raise PersonalignError(
-                "--judge is required with --model: personalign never lets a model grade itself by default"
-            )
-        subject = model or EMBEDDED_DEFAULT
-        judge_spec = judge or EMBEDDED_DEFAULT
+        subject, judge_spec = subject_and_judge(model, judge)
         defaults = defaults_for(subject)
         config = BenchPresConfig(
             subject=subject,
@@ -147,8 +136,7 @@ def run_benchpres_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
-    if result.outcome.status == "stopped_budget":
-        raise typer.Exit(3)
+    exit_if_stopped(result.outcome.status)
 
 
 benchpres_app = typer.Typer(

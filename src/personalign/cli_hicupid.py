@@ -8,17 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from personalign.cli_common import console, exit_if_stopped
+from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
-from personalign.llm.spec import EMBEDDED_DEFAULT
-
-console = Console(stderr=True)
-
-
-def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
-    raise typer.Exit(2)
+from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 
 
 def run_hicupid_cmd(
@@ -87,13 +81,10 @@ def run_hicupid_cmd(
     from personalign.types_hicupid import TEST_SPLITS
 
     try:
-        if model and model != EMBEDDED_DEFAULT and not judge:
-            raise PersonalignError(
-                "--judge is required with --model: personalign never lets a model grade itself by default"
-            )
+        subject, judge_spec = subject_and_judge(model, judge)
         config = HiCupidConfig(
-            subject=model or EMBEDDED_DEFAULT,
-            judge=judge or EMBEDDED_DEFAULT,
+            subject=subject,
+            judge=judge_spec,
             context=context,
             instruction_role=instruction_role,  # type: ignore[arg-type]
             shots=shots,
@@ -129,8 +120,7 @@ def run_hicupid_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
-    if result.outcome.status == "stopped_budget":
-        raise typer.Exit(3)
+    exit_if_stopped(result.outcome.status)
 
 
 def run_retrieval_cmd(

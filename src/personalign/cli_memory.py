@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from personalign.cli_common import console
+from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
-
-console = Console(stderr=True)
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:
@@ -88,8 +87,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             else:
                 raise PersonalignError(f"unknown --format {data_format!r} (cupid or hicupid)")
         except PersonalignError as exc:
-            console.print(f"[bold red]error:[/] {exc}")
-            raise typer.Exit(2) from None
+            _fail(exc)
         summary = {"data": {"source": source, "sha256": sha256}, **summary}
         typer.echo(table)
         if out is not None:

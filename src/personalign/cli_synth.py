@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from personalign.cli_common import console
+from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
-
-console = Console(stderr=True)
 
 GeneratorOpt = Annotated[
     str, typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2).")
@@ -40,11 +39,6 @@ LengthOpt = Annotated[
         help="Multiply the schemas' string length bounds by this; unset drops them (fastest on llama.cpp)."
     ),
 ]
-
-
-def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
-    raise typer.Exit(2)
 
 
 def _factory(cache: Path | None, no_cache: bool, max_cost: float | None, prices: Path | None) -> Any:

@@ -631,3 +631,13 @@ def test_an_unclosed_cache_still_commits_its_burst_and_its_thread_ends(tmp_path:
     gc.collect()
     committer.join(timeout=5)
     assert not committer.is_alive()  # the collected cache released its thread
+
+
+def test_subject_and_judge_default_to_the_embedded_model_and_refuse_self_grading() -> None:
+    from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
+
+    assert subject_and_judge(None, None) == (EMBEDDED_DEFAULT, EMBEDDED_DEFAULT)
+    assert subject_and_judge(EMBEDDED_DEFAULT, None) == (EMBEDDED_DEFAULT, EMBEDDED_DEFAULT)
+    assert subject_and_judge("openai/gpt-4o", "anthropic/x") == ("openai/gpt-4o", "anthropic/x")
+    with pytest.raises(ConfigError, match="--judge is required with --model"):
+        subject_and_judge("openai/gpt-4o", None)

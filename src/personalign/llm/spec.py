@@ -44,6 +44,19 @@ DEFAULT_REASONING_PARAM = {"openai": "reasoning_effort", "openrouter": "reasonin
 EMBEDDED_DEFAULT = "local/smollm2"
 
 
+def subject_and_judge(model: str | None, judge: str | None) -> tuple[str, str]:
+    """The subject and judge specs of a run: the embedded default for whichever is not given.
+
+    A subject other than the embedded default needs an explicit judge: a run never silently
+    grades a model with itself or with the small bundled model.
+    """
+    if model and model != EMBEDDED_DEFAULT and not judge:
+        raise ConfigError(
+            "--judge is required with --model: personalign never lets a model grade itself by default"
+        )
+    return model or EMBEDDED_DEFAULT, judge or EMBEDDED_DEFAULT
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     provider: str
