@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from personalign.errors import ConfigError, DataError, ParseError
 from personalign.llm import GenerateConfig, ModelFactory
@@ -42,6 +42,7 @@ from personalign.synth.common import (
     RESAMPLE,
     Stage,
     StateStore,
+    StrippedOutput,
     UnitState,
     begin,
     json_config,
@@ -49,6 +50,7 @@ from personalign.synth.common import (
     parse_model,
     run_units,
     scale_lengths,
+    text_schema,
     write_jsonl,
 )
 from personalign.synth.cupid import load_seeds
@@ -146,32 +148,19 @@ class BenchpresSynthConfig:
 # --- model outputs --------------------------------------------------------------------------
 
 
-def _text(max_length: int, min_length: int = 1) -> dict[str, Any]:
-    return {"type": "string", "minLength": min_length, "maxLength": max_length}
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _strip(cls, value: Any) -> Any:
-        return " ".join(value.split()) if isinstance(value, str) else value
-
-
-class ContextOut(_Out):
+class ContextOut(StrippedOutput):
     recipient: str = Field(min_length=2, max_length=120)
     task: str = Field(min_length=5, max_length=600)
 
 
-class ContextsOut(_Out):
+class ContextsOut(StrippedOutput):
     contexts: list[ContextOut]
 
 
 def contexts_schema(n: int) -> dict[str, Any]:
     item = {
         "type": "object",
-        "properties": {"recipient": _text(60, 2), "task": _text(200, 5)},
+        "properties": {"recipient": text_schema(60, 2), "task": text_schema(200, 5)},
         "required": ["recipient", "task"],
     }
     return {
@@ -196,7 +185,7 @@ def parse_contexts(n: int) -> Callable[[str], list[dict[str, str]]]:
     return parse
 
 
-class ProfileOut(_Out):
+class ProfileOut(StrippedOutput):
     name: str = Field(min_length=1, max_length=80)
     sex: str = Field(min_length=1, max_length=30)
     age: int = Field(ge=18, le=100)
@@ -208,11 +197,11 @@ def profile_schema(n: int) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "name": _text(50),
-            "sex": _text(20),
+            "name": text_schema(50),
+            "sex": text_schema(20),
             "age": {"type": "integer", "minimum": 18, "maximum": 90},
-            "address": _text(60),
-            "facts": {"type": "array", "items": _text(160, 5), "minItems": n, "maxItems": n},
+            "address": text_schema(60),
+            "facts": {"type": "array", "items": text_schema(160, 5), "minItems": n, "maxItems": n},
         },
         "required": ["name", "sex", "age", "address", "facts"],
     }
@@ -231,7 +220,7 @@ def parse_profile(n: int) -> Callable[[str], dict[str, Any]]:
     return parse
 
 
-class PreferencesOut(_Out):
+class PreferencesOut(StrippedOutput):
     role: str = Field(min_length=1, max_length=120)
     style: str = Field(min_length=1, max_length=160)
     tone: str = Field(min_length=1, max_length=120)
@@ -242,29 +231,29 @@ class PreferencesOut(_Out):
 PREFERENCES_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "role": _text(60),
-        "style": _text(80),
-        "tone": _text(60),
-        "markers": _text(60),
-        "nickname": _text(24),
+        "role": text_schema(60),
+        "style": text_schema(80),
+        "tone": text_schema(60),
+        "markers": text_schema(60),
+        "nickname": text_schema(24),
     },
     "required": list(CATEGORIES),
 }
 
 
-class LabelOut(_Out):
+class LabelOut(StrippedOutput):
     apply: bool
     reason: str = Field("", max_length=600)
 
 
-class LabelsOut(_Out):
+class LabelsOut(StrippedOutput):
     labels: list[LabelOut]
 
 
 def labels_schema(n: int) -> dict[str, Any]:
     item = {
         "type": "object",
-        "properties": {"apply": {"type": "boolean"}, "reason": _text(160, 0)},
+        "properties": {"apply": {"type": "boolean"}, "reason": text_schema(160, 0)},
         "required": ["apply", "reason"],
     }
     return {

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from personalign.errors import BudgetExceeded, ConfigError, ModelCallError, ParseError
 from personalign.judges.parsing import extract_json, snippet
@@ -145,6 +145,29 @@ def parse_model(model_type: type[M], what: str) -> Callable[[str], M]:
             raise ParseError(f"{what}: {_first_error(exc)}") from None
 
     return parse
+
+
+# --- model outputs --------------------------------------------------------------------------
+
+
+def text_schema(max_length: int, min_length: int = 1) -> dict[str, Any]:
+    """A JSON-schema string with length bounds (see `scale_lengths`)."""
+    return {"type": "string", "minLength": min_length, "maxLength": max_length}
+
+
+class ModelOutput(BaseModel):
+    """A generator's JSON answer: unknown keys are ignored, lengths are checked by the fields."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class StrippedOutput(ModelOutput):
+    """As `ModelOutput`, with runs of white space in every string folded to one space."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _strip(cls, value: Any) -> Any:
+        return " ".join(value.split()) if isinstance(value, str) else value
 
 
 def words(text: str) -> list[str]:

@@ -36,6 +36,7 @@ from personalign.runs.store import write_json
 from personalign.synth.common import (
     ATTEMPT,
     RESAMPLE,
+    ModelOutput,
     Stage,
     StateStore,
     UnitState,
@@ -47,6 +48,7 @@ from personalign.synth.common import (
     run_units,
     scale_lengths,
     slug,
+    text_schema,
 )
 from personalign.synth.cupid_checks import check_persona, lexical_leak
 from personalign.synth.taxonomy import (
@@ -239,22 +241,14 @@ def persona_id(template: dict[str, Any]) -> str:
 # --- model outputs --------------------------------------------------------------------------
 
 
-def _text(max_length: int, min_length: int = 1) -> dict[str, Any]:
-    return {"type": "string", "minLength": min_length, "maxLength": max_length}
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class PersonaOut(_Out):
+class PersonaOut(ModelOutput):
     name: str = Field(min_length=1, max_length=80)
     description: str = Field(min_length=20, max_length=1500)
 
 
 PERSONA_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"name": _text(60), "description": _text(600, 20)},
+    "properties": {"name": text_schema(60), "description": text_schema(600, 20)},
     "required": ["name", "description"],
 }
 
@@ -263,7 +257,7 @@ PreferenceType = Literal[PREFERENCE_TYPES]  # type: ignore[valid-type]
 TaskType = Literal[TASK_TYPES]  # type: ignore[valid-type]
 
 
-class FactorBody(_Out):
+class FactorBody(ModelOutput):
     background: str = Field(min_length=1, max_length=800)
     factor: str = Field(min_length=2, max_length=100)
     task_types: list[TaskType] = Field(min_length=1, max_length=4)
@@ -280,13 +274,13 @@ class FactorOut(FactorBody):
     factor_type: FactorType
 
 
-class PairOut(_Out):
+class PairOut(ModelOutput):
     factor_type: FactorType
     first: FactorBody
     second: FactorBody
 
 
-class FactorsOut(_Out):
+class FactorsOut(ModelOutput):
     factors: list[FactorOut]
     contrastive_pair: PairOut
 
@@ -295,8 +289,8 @@ def _factor_body_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "background": _text(400),
-            "factor": _text(60, 2),
+            "background": text_schema(400),
+            "factor": text_schema(60, 2),
             "task_types": {
                 "type": "array",
                 "items": {"type": "string", "enum": list(TASK_TYPES)},
@@ -304,7 +298,7 @@ def _factor_body_schema() -> dict[str, Any]:
                 "maxItems": 3,
             },
             "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
-            "preference": _text(250, 10),
+            "preference": text_schema(250, 10),
         },
         "required": ["background", "factor", "task_types", "preference_type", "preference"],
     }
@@ -377,7 +371,7 @@ def parse_factors(n_regular: int) -> Callable[[str], list[dict[str, Any]]]:
     return parse
 
 
-class ChangedOut(_Out):
+class ChangedOut(ModelOutput):
     preference_type: PreferenceType
     preference: str = Field(min_length=10, max_length=400)
 
@@ -386,7 +380,7 @@ CHANGED_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
-        "preference": _text(250, 10),
+        "preference": text_schema(250, 10),
     },
     "required": ["preference_type", "preference"],
 }
@@ -414,7 +408,7 @@ def parse_changed(original: str, what: str = "changed preference") -> Callable[[
     return parse
 
 
-class SessionOut(_Out):
+class SessionOut(ModelOutput):
     task_type: TaskType
     story: str = Field(min_length=1, max_length=1200)
     request_with_factor_and_preference: str = Field(min_length=1, max_length=2500)
@@ -433,10 +427,10 @@ SESSION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "task_type": {"type": "string", "enum": list(TASK_TYPES)},
-        "story": _text(500),
-        "request_with_factor_and_preference": _text(600, 5),
-        "request_with_factor": _text(600, 5),
-        "resource": _text(600, 0),
+        "story": text_schema(500),
+        "request_with_factor_and_preference": text_schema(600, 5),
+        "request_with_factor": text_schema(600, 5),
+        "resource": text_schema(600, 0),
     },
     "required": [
         "task_type",
@@ -448,7 +442,7 @@ SESSION_SCHEMA: dict[str, Any] = {
 }
 
 
-class UserTurnOut(_Out):
+class UserTurnOut(ModelOutput):
     met: list[bool]
     score: int = Field(ge=1, le=10)
     hinted_items: list[int] = Field(default_factory=list)
@@ -468,7 +462,7 @@ def user_turn_schema(n_items: int) -> dict[str, Any]:
                 "items": {"type": "integer", "enum": list(range(1, n_items + 1))},
                 "maxItems": 2,
             },
-            "message": _text(500),
+            "message": text_schema(500),
         },
         "required": ["met", "score", "hinted_items", "message"],
     }
@@ -494,14 +488,14 @@ def parse_user_turn(n_items: int) -> Callable[[str], dict[str, Any]]:
     return parse
 
 
-class LeakOut(_Out):
+class LeakOut(ModelOutput):
     states_preference: bool
     evidence: str = ""
 
 
 LEAK_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"states_preference": {"type": "boolean"}, "evidence": _text(200, 0)},
+    "properties": {"states_preference": {"type": "boolean"}, "evidence": text_schema(200, 0)},
     "required": ["states_preference", "evidence"],
 }
 

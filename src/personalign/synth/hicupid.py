@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import GenerateConfig, ModelFactory
@@ -41,6 +41,7 @@ from personalign.synth.common import (
     RESAMPLE,
     Stage,
     StateStore,
+    StrippedOutput,
     UnitState,
     balanced_pick,
     begin,
@@ -49,6 +50,7 @@ from personalign.synth.common import (
     parse_model,
     run_units,
     scale_lengths,
+    text_schema,
     write_jsonl,
 )
 from personalign.synth.cupid import load_seeds
@@ -275,20 +277,7 @@ def describe_profile(profile: dict[str, Any]) -> str:
 # --- model outputs --------------------------------------------------------------------------
 
 
-def _text(max_length: int, min_length: int = 1) -> dict[str, Any]:
-    return {"type": "string", "minLength": min_length, "maxLength": max_length}
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _strip(cls, value: Any) -> Any:
-        return " ".join(value.split()) if isinstance(value, str) else value
-
-
-class ProfileOut(_Out):
+class ProfileOut(StrippedOutput):
     age: int = Field(ge=1, le=120)
     gender: str = Field(min_length=1, max_length=60)
     personality: str = Field(min_length=1, max_length=200)
@@ -300,10 +289,10 @@ PROFILE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "age": {"type": "integer", "minimum": 18, "maximum": 90},
-        "gender": _text(30),
-        "personality": _text(120),
-        "occupation": _text(80),
-        "income_range": _text(40),
+        "gender": text_schema(30),
+        "personality": text_schema(120),
+        "occupation": text_schema(80),
+        "income_range": text_schema(40),
     },
     "required": list(PROFILE_FIELDS),
 }
@@ -312,13 +301,15 @@ PROFILE_SCHEMA: dict[str, Any] = {
 def list_schema(key: str, n: int, max_length: int) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {key: {"type": "array", "items": _text(max_length), "minItems": n, "maxItems": n}},
+        "properties": {
+            key: {"type": "array", "items": text_schema(max_length), "minItems": n, "maxItems": n}
+        },
         "required": [key],
     }
 
 
 def parse_list(key: str, n: int) -> Callable[[str], list[str]]:
-    class ListOut(_Out):
+    class ListOut(StrippedOutput):
         values: list[str] = Field(alias=key)
 
     base = parse_model(ListOut, key)
@@ -334,18 +325,18 @@ def parse_list(key: str, n: int) -> Callable[[str], list[str]]:
     return parse
 
 
-class Turn(_Out):
+class Turn(StrippedOutput):
     user: str = Field(min_length=1, max_length=3000)
     assistant: str = Field(min_length=1, max_length=3000)
 
 
-class TurnsOut(_Out):
+class TurnsOut(StrippedOutput):
     turns: list[Turn]
 
 
 TURN_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"user": _text(400), "assistant": _text(500)},
+    "properties": {"user": text_schema(400), "assistant": text_schema(500)},
     "required": ["user", "assistant"],
 }
 
@@ -372,7 +363,7 @@ def parse_turns(rounds: int) -> Callable[[str], list[dict[str, str]]]:
     return parse
 
 
-class QAOut(_Out):
+class QAOut(StrippedOutput):
     question: str = Field(min_length=5, max_length=3000)
     personalized_answer: str = Field(min_length=5, max_length=5000)
     general_answer: str = Field(min_length=5, max_length=5000)
@@ -381,9 +372,9 @@ class QAOut(_Out):
 QA_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "question": _text(400, 5),
-        "personalized_answer": _text(600, 5),
-        "general_answer": _text(600, 5),
+        "question": text_schema(400, 5),
+        "personalized_answer": text_schema(600, 5),
+        "general_answer": text_schema(600, 5),
     },
     "required": ["question", "personalized_answer", "general_answer"],
 }
