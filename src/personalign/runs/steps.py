@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from personalign.errors import BudgetExceeded, ModelCallError, ParseError
@@ -68,12 +68,42 @@ class StepRunner:
         On a parse failure, re-ask up to `reasks` times by showing the model its answer and
         the reason it failed (a new prompt, so a new cache entry).
         """
+        return await self.call_messages(
+            name,
+            role=role,
+            model=model,
+            messages=template.render(**values),
+            config=config,
+            parse=parse,
+            template=template,
+            reasks=reasks,
+        )
+
+    async def call_messages(
+        self,
+        name: str,
+        *,
+        role: str,
+        model: Model,
+        messages: Sequence[Message],
+        config: GenerateConfig,
+        parse: Callable[[str], T],
+        template: PromptTemplate | None = None,
+        reasks: int = 0,
+    ) -> T:
+        """As `call`, with an explicit message list (multi-turn simulations); `template`, when
+        given, names the prompt in the record."""
         previous = self.reuse(name)
         if previous is not None:
             return previous.parsed  # type: ignore[no-any-return]
-        record = StepRecord(role=role, model=model.label, prompt=template.name, prompt_sha256=template.sha256)
+        record = StepRecord(
+            role=role,
+            model=model.label,
+            prompt=template.name if template else None,
+            prompt_sha256=template.sha256 if template else None,
+        )
         self.steps[name] = record
-        messages: list[Message] = template.render(**values)
+        messages = list(messages)
         for attempt in range(reasks + 1):
             try:
                 # Later steps of an instance go first: finish started instances before new ones.

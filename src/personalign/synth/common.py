@@ -19,82 +19,19 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from personalign.errors import BudgetExceeded, ConfigError, ModelCallError, ParseError
-from personalign.judges.parsing import extract_json, snippet
-from personalign.llm.model import Model
+from personalign.errors import ConfigError, ParseError
+from personalign.judges.parsing import extract_json
 from personalign.llm.types import GenerateConfig
-from personalign.prompts import PromptTemplate
 from personalign.runs.manifest import identity_diff, now
 from personalign.runs.records import StepRecord
-from personalign.runs.steps import REASK, StepFailed, StepRunner
+from personalign.runs.steps import StepRunner
 from personalign.runs.store import write_json
-from personalign.types import Message
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 UnitStatus = Literal["pending", "ok", "error"]
 MANIFEST = "synth_manifest.json"
-
-
-class SynthSteps(StepRunner):
-    """`StepRunner` plus calls with an explicit message list (multi-turn simulations)."""
-
-    async def call_messages(
-        self,
-        name: str,
-        *,
-        role: str,
-        model: Model,
-        messages: Sequence[Message],
-        config: GenerateConfig,
-        parse: Callable[[str], T],
-        template: PromptTemplate | None = None,
-        reasks: int = 0,
-    ) -> T:
-        previous = self.reuse(name)
-        if previous is not None:
-            return previous.parsed  # type: ignore[no-any-return]
-        record = StepRecord(
-            role=role,
-            model=model.label,
-            prompt=template.name if template else None,
-            prompt_sha256=template.sha256 if template else None,
-        )
-        self.steps[name] = record
-        chat = list(messages)
-        for attempt in range(reasks + 1):
-            try:
-                completion = await model.complete(chat, config)
-            except (ModelCallError, BudgetExceeded) as exc:
-                record.status, record.error = "error", f"model call failed: {exc}"
-                raise StepFailed(name, record.error) from None
-            record.raw.append(completion.text)
-            record.prompt_tokens += completion.usage.prompt_tokens
-            record.completion_tokens += completion.usage.completion_tokens
-            if record.cost_usd is not None:
-                record.cost_usd = (
-                    None if completion.cost_usd is None else record.cost_usd + completion.cost_usd
-                )
-            record.cached = completion.cached if attempt == 0 else record.cached and completion.cached
-            record.latency_s += completion.latency_s
-            try:
-                parsed = parse(completion.text)
-            except ParseError as exc:
-                if attempt < reasks:
-                    record.flags.append("reask")
-                    chat = [
-                        *chat,
-                        Message(role="assistant", content=completion.text),
-                        Message(role="user", content=REASK.format(reason=str(exc))),
-                    ]
-                    continue
-                record.status = "error"
-                record.error = f"unparseable output: {exc} (raw: {snippet(completion.text)!r})"
-                raise StepFailed(name, record.error) from None
-            record.parsed = parsed
-            return parsed
-        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def json_config(
@@ -239,7 +176,7 @@ class Stage:
     def __init__(self, state: UnitState, store: StateStore) -> None:
         self.state = state
         self.store = store
-        self.steps = SynthSteps(state.steps)
+        self.steps = StepRunner(state.steps)
 
     def done(self, name: str) -> bool:
         return name in self.state.stages
