@@ -13,7 +13,7 @@ import pytest
 
 from personalign.data.cupid import load_cupid
 from personalign.data.cupid_build import PersonaJourney, PlannedSession, build_instances
-from personalign.errors import DataError
+from personalign.errors import ConfigError, DataError
 from personalign.fixtures import fixture_path
 from personalign.types import INSTANCE_TYPES, CupidInstance, Message
 
@@ -401,3 +401,27 @@ def test_build_instances_rejects_changed_before_original() -> None:
     sessions[1], sessions[6] = changed, a
     with pytest.raises(ValueError, match="precede"):
         build_instances(journey(sessions))
+
+
+def test_sources_are_described_without_parsing_and_the_hub_needs_its_extra(tmp_path: Path) -> None:
+    import importlib.util
+
+    from personalign.data.benchpres import describe_source as describe_benchpres
+    from personalign.data.benchpres import load_benchpres
+    from personalign.data.cupid import describe_source
+    from personalign.data.files import file_sha256
+
+    source, sha = describe_source("fixture")
+    assert source == "fixture:cupid_sample.jsonl" and sha == load_cupid("fixture").sha256
+    assert describe_benchpres("fixture")[1] == load_benchpres("fixture").sha256
+    assert describe_source("hf:someone/else:test") == ("hf:someone/else:test", None)
+    local = tmp_path / "x.jsonl"
+    local.write_text("not even parsed\n")
+    assert describe_source(local) == (str(local), file_sha256(local))
+    with pytest.raises(DataError, match="no such file or directory"):
+        describe_source(tmp_path / "missing.jsonl")
+    if importlib.util.find_spec("datasets") is None:  # offline CI: the hub path names its extra
+        with pytest.raises(ConfigError, match=r"personalign\[hf\]"):
+            load_cupid("hf")
+        with pytest.raises(ConfigError, match=r"personalign\[hf\]"):
+            load_benchpres("hf:sangyon/BenchPreS")

@@ -11,13 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from personalign.data.cupid import _field_path
-from personalign.data.files import RawRecord, file_sha256, read_records
-from personalign.errors import ConfigError, DataError
+from personalign.data.files import (
+    RawRecord,
+    describe_file_source,
+    file_sha256,
+    hub_records,
+    is_hub_source,
+    read_records,
+)
+from personalign.errors import DataError
 from personalign.fixtures import fixture_path
 from personalign.types import BenchPresRow
 
@@ -66,29 +72,13 @@ def validate_rows(records: Iterable[RawRecord]) -> list[BenchPresRow]:
 
 
 def _load_hf(spec: str) -> LoadedBenchPres:
-    parts = spec.split(":")
-    repo = parts[1] if len(parts) > 1 and parts[1] else HF_REPO
-    split = parts[2] if len(parts) > 2 and parts[2] else HF_SPLIT
-    try:
-        import datasets
-    except ImportError as exc:
-        raise ConfigError("loading from the hub needs `pip install personalign[hf]`") from exc
-    rows: list[dict[str, Any]] = [dict(r) for r in datasets.load_dataset(repo, split=split)]
-    source = f"hf:{repo}:{split}"
-    return LoadedBenchPres(validate_rows(RawRecord(source, i, r) for i, r in enumerate(rows)), source, None)
+    source, records = hub_records(spec, HF_REPO, HF_SPLIT)
+    return LoadedBenchPres(validate_rows(records), source, None)
 
 
 def describe_source(source: str | Path) -> tuple[str, str | None]:
     """The (source, sha256) that `load_benchpres` would report, without parsing the data."""
-    text = str(source)
-    if text == "fixture":
-        return f"fixture:{FIXTURE}", file_sha256(fixture_path(FIXTURE))
-    if text == "hf" or text.startswith("hf:"):
-        return text, None
-    path = Path(text)
-    if not path.exists():
-        raise DataError(text, None, None, "no such file or directory")
-    return text, file_sha256(path)
+    return describe_file_source(source, fixture_path(FIXTURE), FIXTURE)
 
 
 def load_benchpres(source: str | Path = "fixture") -> LoadedBenchPres:
@@ -97,7 +87,7 @@ def load_benchpres(source: str | Path = "fixture") -> LoadedBenchPres:
     if text == "fixture":
         path = fixture_path(FIXTURE)
         return LoadedBenchPres(validate_rows(read_records(path)), f"fixture:{FIXTURE}", file_sha256(path))
-    if text == "hf" or text.startswith("hf:"):
+    if is_hub_source(text):
         return _load_hf(text)
     path = Path(text)
     rows = validate_rows(read_records(path))

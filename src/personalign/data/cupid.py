@@ -11,12 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
-from personalign.data.files import RawRecord, file_sha256, read_records
-from personalign.errors import ConfigError, DataError
+from personalign.data.files import (
+    RawRecord,
+    describe_file_source,
+    file_sha256,
+    hub_records,
+    is_hub_source,
+    read_records,
+)
+from personalign.errors import DataError
 from personalign.fixtures import fixture_path
 from personalign.types import CupidInstance
 
@@ -76,30 +82,13 @@ def validate_instances(records: Iterable[RawRecord]) -> list[CupidInstance]:
 
 
 def _load_hf(spec: str) -> LoadedDataset:
-    parts = spec.split(":")
-    repo = parts[1] if len(parts) > 1 and parts[1] else HF_REPO
-    split = parts[2] if len(parts) > 2 and parts[2] else HF_SPLIT
-    try:
-        import datasets
-    except ImportError as exc:
-        raise ConfigError("loading from the hub needs `pip install personalign[hf]`") from exc
-    rows: list[dict[str, Any]] = [dict(r) for r in datasets.load_dataset(repo, split=split)]
-    source = f"hf:{repo}:{split}"
-    instances = validate_instances(RawRecord(source, i, r) for i, r in enumerate(rows))
-    return LoadedDataset(instances, source, None)
+    source, records = hub_records(spec, HF_REPO, HF_SPLIT)
+    return LoadedDataset(validate_instances(records), source, None)
 
 
 def describe_source(source: str | Path) -> tuple[str, str | None]:
     """The (source, sha256) that `load_cupid` would report, without parsing the data."""
-    text = str(source)
-    if text == "fixture":
-        return "fixture:cupid_sample.jsonl", file_sha256(fixture_path("cupid_sample.jsonl"))
-    if text == "hf" or text.startswith("hf:"):
-        return text, None
-    path = Path(text)
-    if not path.exists():
-        raise DataError(text, None, None, "no such file or directory")
-    return text, file_sha256(path)
+    return describe_file_source(source, fixture_path("cupid_sample.jsonl"), "cupid_sample.jsonl")
 
 
 def load_cupid(source: str | Path = "fixture") -> LoadedDataset:
@@ -110,7 +99,7 @@ def load_cupid(source: str | Path = "fixture") -> LoadedDataset:
         return LoadedDataset(
             validate_instances(read_records(path)), "fixture:cupid_sample.jsonl", file_sha256(path)
         )
-    if text == "hf" or text.startswith("hf:"):
+    if is_hub_source(text):
         return _load_hf(text)
     path = Path(text)
     instances = validate_instances(read_records(path))

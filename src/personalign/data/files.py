@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from personalign.errors import DataError
+from personalign.errors import ConfigError, DataError
 
 
 @dataclass(frozen=True)
@@ -105,3 +105,36 @@ def file_sha256(path: str | Path) -> str:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()
+
+
+def is_hub_source(text: str) -> bool:
+    """`hf` or `hf:repo[:split]`: the dataset comes from the Hugging Face hub."""
+    return text == "hf" or text.startswith("hf:")
+
+
+def hub_records(spec: str, default_repo: str, default_split: str) -> tuple[str, list[RawRecord]]:
+    """The rows of `hf[:repo[:split]]` from the hub (needs the `hf` extra and network), as records
+    named ``hf:repo:split`` with their row numbers."""
+    parts = spec.split(":")
+    repo = parts[1] if len(parts) > 1 and parts[1] else default_repo
+    split = parts[2] if len(parts) > 2 and parts[2] else default_split
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ConfigError("loading from the hub needs `pip install personalign[hf]`") from exc
+    source = f"hf:{repo}:{split}"
+    rows = datasets.load_dataset(repo, split=split)
+    return source, [RawRecord(source, i, dict(row)) for i, row in enumerate(rows)]
+
+
+def describe_file_source(source: str | Path, fixture: Path, fixture_name: str) -> tuple[str, str | None]:
+    """(source, sha256) of a one-file dataset source, without parsing it: the bundled fixture,
+    the hub (no hash: the hub's copy may change) or a local file."""
+    text = str(source)
+    if text == "fixture":
+        return f"fixture:{fixture_name}", file_sha256(fixture)
+    if is_hub_source(text):
+        return text, None
+    if not Path(text).exists():
+        raise DataError(text, None, None, "no such file or directory")
+    return text, file_sha256(text)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from personalign.data.files import RawRecord, read_records
+from personalign.data.files import RawRecord, is_hub_source, read_records
 from personalign.errors import ConfigError, DataError
 from personalign.fixtures import fixture_path
 from personalign.types_hicupid import (
@@ -309,7 +309,7 @@ def describe_source(source: str | Path) -> tuple[str, str | None]:
     text = str(source)
     if text == "fixture":
         return "fixture:hicupid", _sha256_files(fixture_path(name) for name in FIXTURE_FILES)
-    if text == "hf" or text.startswith("hf:"):
+    if is_hub_source(text):
         return text, None
     dialogue, qa = _local_files(Path(text))
     return text, _sha256_files([p for p, _ in dialogue + qa])
@@ -326,6 +326,6 @@ def load_hicupid(source: str | Path = "fixture") -> HiCupidDataset:
             "fixture:hicupid",
             _sha256_files(paths),
         )
-    if text == "hf" or text.startswith("hf:"):
+    if is_hub_source(text):
         return _load_hf(text)
     return load_local(text)
