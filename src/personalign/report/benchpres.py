@@ -7,8 +7,6 @@ run without mitigation fills the plain columns and the run with it the "mitigate
 
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +17,7 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.benchpres import summarize
 from personalign.errors import ConfigError
-from personalign.report.tables import Cell, Table
+from personalign.report.tables import Cell, Table, write_tables
 from personalign.runs.store import RunDir
 from personalign.types import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 
@@ -252,34 +250,18 @@ def plot_scatter(points: Sequence[RunPoint], out: Path, stem: str = "benchpres_s
 
 def write_report(report: BenchPresReport, out: Path) -> str:
     """Write benchpres.md/.csv/.json and the scatter plot into `out`; returns the Markdown."""
-    out.mkdir(parents=True, exist_ok=True)
-    tables = report.tables
-    markdown = "\n\n".join(t.to_markdown() for t in tables.values() if t.rows) + "\n"
+    suffix = ""
     if report.points:
+        out.mkdir(parents=True, exist_ok=True)
         plot_scatter(report.points, out)
-        markdown += "\n![AAR vs MR](benchpres_scatter.png)\n"
-    (out / "benchpres.md").write_text(markdown, encoding="utf-8")
-    records = [r for t in tables.values() for r in t.to_records()]
-    with (out / "benchpres.csv").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(
-            handle, fieldnames=["table", "row", "column", "value", "ci_low", "ci_high", "n"]
-        )
-        writer.writeheader()
-        writer.writerows(records)
-    (out / "benchpres.json").write_text(
-        json.dumps(
-            {
-                **{
-                    name: {"title": t.title, "notes": t.notes, "cells": t.to_records()}
-                    for name, t in tables.items()
-                },
-                "points": [p.__dict__ for p in report.points],
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
+        suffix = "\n![AAR vs MR](benchpres_scatter.png)\n"
+    return write_tables(
+        out,
+        "benchpres",
+        report.tables,
+        markdown_suffix=suffix,
+        json_extra={"points": [p.__dict__ for p in report.points]},
     )
-    return markdown
 
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:

@@ -7,8 +7,6 @@ run fills the per-type columns, an ``oracle`` run the Oracle columns and a
 
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.cupid import CupidConfig, summarize
 from personalign.errors import ConfigError
-from personalign.report.tables import Cell, Table
+from personalign.report.tables import Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
 TYPES = ("consistent", "contrastive", "changing")
@@ -123,27 +121,8 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
 
 
 def write_report(tables: dict[str, Table], out: Path) -> str:
-    out.mkdir(parents=True, exist_ok=True)
-    markdown = "\n\n".join(t.to_markdown() for t in tables.values() if t.rows) + "\n"
-    (out / "report.md").write_text(markdown, encoding="utf-8")
-    records = [r for t in tables.values() for r in t.to_records()]
-    with (out / "report.csv").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(
-            handle, fieldnames=["table", "row", "column", "value", "ci_low", "ci_high", "n"]
-        )
-        writer.writeheader()
-        writer.writerows(records)
-    (out / "report.json").write_text(
-        json.dumps(
-            {
-                name: {"title": t.title, "notes": t.notes, "cells": t.to_records()}
-                for name, t in tables.items()
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
-    )
-    return markdown
+    """Write report.md/.csv/.json into `out`; returns the Markdown."""
+    return write_tables(out, "report", tables)
 
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:

@@ -28,10 +28,6 @@ SPLIT_TITLES = {
 TYPE_COLUMNS = {"persona": "Persona", "schedule": "Schedule", "profile": "Multi-Info"}
 
 
-def run_benchmark(path: Path) -> str:
-    return str(RunDir(path).read_manifest().get("benchmark", ""))
-
-
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     run = RunDir(path)
     manifest = run.read_manifest()

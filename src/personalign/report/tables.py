@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -55,3 +59,32 @@ class Table:
                     }
                 )
         return out
+
+
+def write_tables(
+    out: Path,
+    stem: str,
+    tables: Mapping[str, Table],
+    *,
+    markdown_suffix: str = "",
+    json_extra: Mapping[str, Any] | None = None,
+) -> str:
+    """Write `<stem>.md` (non-empty tables), `<stem>.csv` (one row per cell) and `<stem>.json`
+    (titles, notes and cells per table, plus `json_extra`) into `out`; return the Markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = "\n\n".join(t.to_markdown() for t in tables.values() if t.rows) + "\n" + markdown_suffix
+    (out / f"{stem}.md").write_text(markdown, encoding="utf-8")
+    records = [r for t in tables.values() for r in t.to_records()]
+    with (out / f"{stem}.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(
+            handle, fieldnames=["table", "row", "column", "value", "ci_low", "ci_high", "n"]
+        )
+        writer.writeheader()
+        writer.writerows(records)
+    payload = {
+        name: {"title": t.title, "notes": t.notes, "cells": t.to_records()} for name, t in tables.items()
+    }
+    (out / f"{stem}.json").write_text(
+        json.dumps({**payload, **(json_extra or {})}, indent=2), encoding="utf-8"
+    )
+    return markdown
