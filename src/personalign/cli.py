@@ -10,7 +10,15 @@ from typing import Annotated
 import typer
 
 from personalign import cli_benchpres, cli_hicupid
-from personalign.cli_common import console, exit_if_stopped
+from personalign.cli_common import (
+    CacheOpt,
+    MaxCostOpt,
+    NoCacheOpt,
+    PricesOpt,
+    ProgressOpt,
+    console,
+    exit_if_stopped,
+)
 from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_synth import register as register_synth
@@ -62,15 +70,11 @@ def run_cupid_cmd(
         int | None,
         typer.Option(help="Max tokens of the subject's answers (default: 256 for local/smollm2, else 1024)."),
     ] = None,
-    max_cost: Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")] = None,
-    prices: Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")] = None,
-    cache: Annotated[
-        Path | None, typer.Option(help="Call cache file (default: ~/.cache/personalign/calls.sqlite).")
-    ] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not read or write the call cache.")
-    ] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    max_cost: MaxCostOpt = None,
+    prices: PricesOpt = None,
+    cache: CacheOpt = None,
+    no_cache: NoCacheOpt = False,
+    progress: ProgressOpt = True,
 ) -> None:
     """Run CUPID (inference and/or generation) and write a run directory."""
     from personalign.benchmarks.cupid import CupidConfig, default_subject_max_tokens
@@ -133,8 +137,8 @@ def rescore(
     ] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
     concurrency: Annotated[int, typer.Option()] = 8,
-    cache: Annotated[Path | None, typer.Option()] = None,
-    progress: Annotated[bool, typer.Option()] = True,
+    cache: CacheOpt = None,
+    progress: ProgressOpt = True,
 ) -> None:
     """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
 

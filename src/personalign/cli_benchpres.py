@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import console, exit_if_stopped
+from personalign.cli_common import (
+    CacheOpt,
+    MaxCostOpt,
+    NoCacheOpt,
+    PricesOpt,
+    ProgressOpt,
+    console,
+    exit_if_stopped,
+)
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
@@ -76,15 +84,11 @@ def run_benchpres_cmd(
         typer.Option(help="Max tokens per response (default 1024; 160 for the embedded model)."),
     ] = None,
     judge_max_tokens: Annotated[int, typer.Option(help="Max tokens per judge answer.")] = 256,
-    max_cost: Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")] = None,
-    prices: Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")] = None,
-    cache: Annotated[
-        Path | None, typer.Option(help="Call cache file (default: ~/.cache/personalign/calls.sqlite).")
-    ] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not read or write the call cache.")
-    ] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    max_cost: MaxCostOpt = None,
+    prices: PricesOpt = None,
+    cache: CacheOpt = None,
+    no_cache: NoCacheOpt = False,
+    progress: ProgressOpt = True,
 ) -> None:
     """Run BenchPreS: are stored preferences applied only where the context allows them?"""
     from personalign.benchmarks.benchpres import BenchPresConfig
@@ -212,8 +216,8 @@ def rescore_cmd(
     ] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
     concurrency: Annotated[int, typer.Option()] = 8,
-    cache: Annotated[Path | None, typer.Option()] = None,
-    progress: Annotated[bool, typer.Option()] = True,
+    cache: CacheOpt = None,
+    progress: ProgressOpt = True,
 ) -> None:
     """Re-judge a run's saved responses with other judges (no subject calls)."""
     from personalign.report.benchpres import print_run_summary

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
 console = Console(stderr=True)
+
+# Options every model-calling command takes, declared once.
+CacheOpt = Annotated[
+    Path | None, typer.Option(help="Call cache file (default: ~/.cache/personalign/calls.sqlite).")
+]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the call cache.")]
+MaxCostOpt = Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")]
+PricesOpt = Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")]
+ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
 
 
 def fail(exc: Exception) -> NoReturn:

@@ -9,7 +9,15 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import console, exit_if_stopped
+from personalign.cli_common import (
+    CacheOpt,
+    MaxCostOpt,
+    NoCacheOpt,
+    PricesOpt,
+    ProgressOpt,
+    console,
+    exit_if_stopped,
+)
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
@@ -65,13 +73,11 @@ def run_hicupid_cmd(
     ] = None,
     max_tokens: Annotated[int, typer.Option(help="Max tokens for the subject's answers.")] = 200,
     temperature: Annotated[float, typer.Option(help="Subject sampling temperature (paper: 0.6).")] = 0.0,
-    max_cost: Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")] = None,
-    prices: Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")] = None,
-    cache: Annotated[Path | None, typer.Option(help="Call cache file.")] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not read or write the call cache.")
-    ] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    max_cost: MaxCostOpt = None,
+    prices: PricesOpt = None,
+    cache: CacheOpt = None,
+    no_cache: NoCacheOpt = False,
+    progress: ProgressOpt = True,
 ) -> None:
     """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
     from personalign.benchmarks.hicupid import HiCupidConfig
@@ -206,8 +212,8 @@ def rescore_cmd(
     both_orders: Annotated[bool | None, typer.Option("--both-orders/--one-order")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
     concurrency: Annotated[int, typer.Option()] = 8,
-    cache: Annotated[Path | None, typer.Option()] = None,
-    progress: Annotated[bool, typer.Option()] = True,
+    cache: CacheOpt = None,
+    progress: ProgressOpt = True,
 ) -> None:
     """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
     from personalign.report.hicupid import print_run_summary

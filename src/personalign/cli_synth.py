@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from personalign.cli_common import console
+from personalign.cli_common import CacheOpt, MaxCostOpt, NoCacheOpt, PricesOpt, ProgressOpt, console
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
@@ -19,13 +19,6 @@ GeneratorOpt = Annotated[
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory (re-run to resume).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed for every sampled choice and for sampling.")]
 ConcurrencyOpt = Annotated[int, typer.Option(help="Units (personas, users, profiles) generated at once.")]
-CacheOpt = Annotated[
-    Path | None, typer.Option(help="Call cache file (default: ~/.cache/personalign/calls.sqlite).")
-]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the call cache.")]
-MaxCostOpt = Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")]
-PricesOpt = Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")]
-ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
 ResampleOpt = Annotated[
     bool,
     typer.Option(
