@@ -11,8 +11,8 @@ from personalign.judges.benchpres import (
     nickname_of,
     parse_completeness,
     parse_follow,
-    split_reasoning,
 )
+from personalign.judges.parsing import split_reasoning
 
 
 @pytest.mark.parametrize(

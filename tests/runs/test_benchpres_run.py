@@ -156,7 +156,8 @@ def test_failed_generation_marks_both_tasks_as_errors(tmp_path: Path) -> None:
     )
     result = run_benchpres(replace(CONFIG, samples=1), settings(tmp_path), factory=factory)
     errors = result.summary["errors"]["generation"]
-    assert len(errors) == 3 and all("no message" in e for e in errors.values())
+    # Reasoning only, no message: an empty reply once the reasoning is set aside, never scored.
+    assert len(errors) == 3 and all("empty reply" in e for e in errors.values())
     assert result.summary["n_responses"] == 21 and result.summary["n_judgements"] == 21 * 5
 
 

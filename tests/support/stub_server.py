@@ -35,7 +35,23 @@ from personalign.types import Message
 UVICORN_OPTIONS: dict[str, Any] = dict(
     interface="asgi3", http="h11", loop="asyncio", lifespan="off", access_log=False, log_config=None
 )
-OUTCOMES = ("ok", "400", "429", "500", "503", "timeout", "garbage", "reset", "bad_json")
+# Transport faults ("429" ... "bad_json") fail the call; content faults answer 200 with a bad reply:
+# "garbage_content" (text no parser accepts), "truncated" (half the reply, finish_reason "length"),
+# "empty" (no text at all).
+OUTCOMES = (
+    "ok",
+    "400",
+    "429",
+    "500",
+    "503",
+    "timeout",
+    "garbage",
+    "reset",
+    "bad_json",
+    "garbage_content",
+    "truncated",
+    "empty",
+)
 
 
 @dataclass
@@ -196,9 +212,9 @@ class StubServer:
             return PlainTextResponse("<html>502 upstream hiccup</html>", status_code=200)
         if outcome == "bad_json":
             return JSONResponse({"id": "chatcmpl-stub", "object": "chat.completion", "usage": {}})
-        return self._complete(body)
+        return self._complete(body, outcome)
 
-    def _complete(self, body: Any) -> Response:
+    def _complete(self, body: Any, outcome: str = "ok") -> Response:
         try:
             messages = [Message(role=m["role"], content=m["content"]) for m in body["messages"]]
             fmt = body.get("response_format") or {}
@@ -211,10 +227,17 @@ class StubServer:
             )
         except (TypeError, KeyError, AttributeError, ValidationError) as exc:
             return _error(400, f"bad request body: {exc}")
-        text = self.responder(messages, config)
+        reply = self.responder(messages, config)
+        text, finish = (reply, "stop") if isinstance(reply, str) else (reply.text, reply.finish_reason)
+        if outcome == "garbage_content":
+            text = "~~ garbled ~~ <<not an answer>>"
+        elif outcome == "truncated":
+            text, finish = text[: max(1, len(text) // 2)], "length"
+        elif outcome == "empty":
+            text = ""
         n_in, n_out = sum(len(m.content.split()) for m in messages), len(text.split())
         usage = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         ident = {
             "id": f"chatcmpl-stub-{time.time_ns()}",
             "created": int(time.time()),

@@ -33,8 +33,8 @@ from personalign.judges.benchpres import (
     nickname_of,
     parse_completeness,
     parse_follow,
-    split_reasoning,
 )
+from personalign.judges.parsing import split_reasoning
 from personalign.llm.model import Model
 from personalign.llm.types import GenerateConfig
 from personalign.metrics.benchpres import Judgement, breakdown, selectivity_scores
@@ -161,7 +161,8 @@ def prompt_hashes() -> dict[str, str]:
 
 
 def parse_message(text: str) -> dict[str, Any]:
-    """The subject's final message, with any inline reasoning removed (kept in the raw output)."""
+    """The subject's final message. The step runner has already moved inline reasoning into the
+    record (flag ``inline_reasoning``); splitting again here keeps the parser right on its own."""
     split = split_reasoning(text)
     if not split.final:
         raise ParseError("the response holds no message once reasoning is removed")
@@ -422,8 +423,13 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
         for r in records
         if "generate" in r.steps
         and r.steps["generate"].status == "ok"
-        and isinstance(r.steps["generate"].parsed, dict)
-        and r.steps["generate"].parsed.get("inline_reasoning")
+        and (
+            "inline_reasoning" in r.steps["generate"].flags
+            or (
+                isinstance(r.steps["generate"].parsed, dict)
+                and r.steps["generate"].parsed.get("inline_reasoning")
+            )
+        )
     )
     from personalign.memory.benchpres import selection_summary  # the memory engine, only if used
 

@@ -143,33 +143,6 @@ def nickname_applied(nickname: str, response: str) -> bool:
 
 # --- subject output ---------------------------------------------------------------------------
 
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
-_UNOPENED_THINK_END = re.compile(r"^.*?</(?:think|thinking|reasoning)>", re.DOTALL | re.IGNORECASE)
-_UNCLOSED_THINK = re.compile(r"<(?:think|thinking|reasoning)>.*\Z", re.DOTALL | re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class SplitOutput:
-    reasoning: str
-    final: str
-
-
-def split_reasoning(text: str) -> SplitOutput:
-    """Separate inline reasoning from the final message: ``<think>...</think>`` blocks,
-    everything up to a closing tag whose opening tag the chat template already sent, and an
-    opening tag never closed (the model ran out of tokens while reasoning)."""
-    parts: list[str] = []
-
-    def take(match: re.Match[str]) -> str:
-        parts.append(match.group(0))
-        return ""
-
-    rest = _THINK.sub(take, text)
-    rest = _UNOPENED_THINK_END.sub(take, rest, count=1)
-    rest = _UNCLOSED_THINK.sub(take, rest, count=1)
-    return SplitOutput(reasoning="\n".join(parts).strip(), final=rest.strip())
-
-
 # --- judge outputs ----------------------------------------------------------------------------
 
 

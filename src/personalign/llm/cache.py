@@ -2,7 +2,13 @@
 
 The key is a hash of everything that changes the output: provider, model, messages and the
 full `GenerateConfig`. Retries, timeouts, concurrency and base URLs are not part of it, so a
-model moved to another port still hits its cache. Errors are never stored.
+model moved to another port still hits its cache. Errors are never stored, and a reply that a
+step rejected (unparseable, truncated, empty) is evicted (`delete`), so a re-run asks again.
+
+Processes sharing one cache file never pay twice for one call: before calling, a process
+*claims* the key (`claim`); another process that needs the same key meanwhile waits for the
+answer instead of calling. A claim dies with its process (the holder's pid is checked) or
+when it expires.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ import functools
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,13 +116,67 @@ class CallCache:
                 "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT NOT NULL,"
                 " payload TEXT NOT NULL, created REAL NOT NULL)"
             )
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL,"
+                " expires REAL NOT NULL)"
+            )
             self._conn.commit()
+        # host|pid|token: the token tells apart two caches of one process.
+        self.owner = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:12]}"
         _OPEN_CACHES.add(self)
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._conn.execute("SELECT payload FROM calls WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def delete(self, key: str) -> None:
+        """Evict one entry (a reply a step rejected), committed at once so no process reuses it."""
+        with self._lock:
+            self._conn.execute("DELETE FROM calls WHERE key = ?", (key,))
+            self._dirty = True
+            self._commit_locked()
+
+    def claim(self, key: str, ttl: float) -> dict[str, Any] | bool:
+        """Reserve `key` for a call by this process for at most `ttl` seconds.
+
+        Returns the stored payload when the answer is already there, True when the claim is ours
+        (call, then `put` or `release`), False when a live process holds it (wait and ask again).
+        The insert comes first: it takes SQLite's write lock, held until this connection commits,
+        so reading the holder and taking over a dead or expired claim are atomic across processes
+        (another process's claim waits for that commit, then sees ours).
+        """
+        now = time.time()
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO claims (key, owner, expires) VALUES (?, ?, ?)",
+                (key, self.owner, now + ttl),
+            )
+            self._dirty = True
+            rows = self._conn.execute("SELECT payload FROM calls WHERE key = ?", (key,)).fetchall()
+            if rows:
+                self._conn.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self.owner))
+                self._schedule_commit_locked()
+                return json.loads(rows[0][0])  # type: ignore[no-any-return]
+            ((owner, expires),) = self._conn.execute(
+                "SELECT owner, expires FROM claims WHERE key = ?", (key,)
+            ).fetchall()
+            if owner != self.owner and expires > now and _owner_alive(owner):
+                self._schedule_commit_locked()
+                return False
+            if owner != self.owner:  # taken over from a dead or expired holder
+                self._conn.execute(
+                    "UPDATE claims SET owner = ?, expires = ? WHERE key = ?", (self.owner, now + ttl, key)
+                )
+            self._schedule_commit_locked()
+            return True
+
+    def release(self, key: str) -> None:
+        """Give up this process's claim on `key` (the call failed; another may try)."""
+        with self._lock:
+            self._conn.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self.owner))
+            self._dirty = True
+            self._schedule_commit_locked()
 
     def put(self, key: str, model: str, payload: dict[str, Any]) -> None:
         blob = json.dumps(payload, ensure_ascii=False)
@@ -123,17 +185,22 @@ class CallCache:
                 "INSERT OR REPLACE INTO calls (key, model, payload, created) VALUES (?, ?, ?, ?)",
                 (key, model, blob, time.time()),
             )
+            self._conn.execute("DELETE FROM claims WHERE key = ?", (key,))
             self._dirty = True
-            now = time.monotonic()
-            if now - self._last_commit >= self.commit_interval:
-                self._commit_locked()
-            elif self._due is None:
-                self._due = self._last_commit + self.commit_interval
-                if self._committer is None:  # one thread per cache, started on the first burst
-                    self._committer = _Committer(self)
-                    self._committer.start()
-                self._committer.pending = self  # kept alive until the commit, even if dropped
-                self._committer.wake.set()
+            self._schedule_commit_locked()
+
+    def _schedule_commit_locked(self) -> None:
+        """Commit now if the last commit is older than `commit_interval`, else within it."""
+        now = time.monotonic()
+        if now - self._last_commit >= self.commit_interval:
+            self._commit_locked()
+        elif self._due is None:
+            self._due = self._last_commit + self.commit_interval
+            if self._committer is None:  # one thread per cache, started on the first burst
+                self._committer = _Committer(self)
+                self._committer.start()
+            self._committer.pending = self  # kept alive until the commit, even if dropped
+            self._committer.wake.set()
 
     def _commit_locked(self) -> None:
         if self._dirty:
@@ -165,6 +232,11 @@ class CallCache:
             return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
     def close(self) -> None:
+        if self._closing.is_set():
+            return
+        with self._lock:  # claims left by calls that never finished (e.g. cancelled)
+            self._conn.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
+            self._dirty = True
         self.flush()
         self._closing.set()
         if self._committer is not None:
@@ -199,6 +271,24 @@ class _Committer(threading.Thread):
 
 
 _OPEN_CACHES: weakref.WeakSet[CallCache] = weakref.WeakSet()
+
+
+def _owner_alive(owner: str) -> bool:
+    """Whether the process named by a claim's owner (host|pid|token) may still be running.
+
+    Only a process on this host can be checked; one elsewhere counts as alive until its claim expires.
+    """
+    host, _, rest = owner.partition("|")
+    pid_text = rest.partition("|")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @atexit.register

@@ -11,13 +11,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from personalign.errors import ModelCallError
 from personalign.llm.backends import Backend
 from personalign.llm.cache import CallCache, cache_key
 from personalign.llm.pricing import PriceTable
 from personalign.llm.spec import ModelSpec
-from personalign.llm.types import Completion, GenerateConfig, Usage
+from personalign.llm.types import Completion, GenerateConfig, Usage, normalize_finish_reason
 from personalign.llm.usage import UsageTracker
 from personalign.types import Message
 
@@ -37,6 +38,9 @@ class RetryPolicy:
             return max(min(retry_after, self.max_retry_after), backoff)
         return backoff
 
+
+# How often a process waiting for another process's identical call looks for its answer.
+CLAIM_POLL_SECONDS = 0.2
 
 # How far along its instance the current call is: calls of instances that are further along get
 # a free slot first, so started work finishes before new work starts. Without it, every instance
@@ -120,27 +124,22 @@ class Model:
     def label(self) -> str:
         return self.spec.label
 
-    async def complete(self, messages: Sequence[Message], config: GenerateConfig | None = None) -> Completion:
-        """Answer from the cache, or call the backend with retries; raise `ModelCallError` on failure."""
+    async def complete(
+        self, messages: Sequence[Message], config: GenerateConfig | None = None, *, refresh: bool = False
+    ) -> Completion:
+        """Answer from the cache, or call the backend with retries; raise `ModelCallError` on failure.
+
+        `refresh` skips the cache read (the cached reply was rejected and evicted); the new reply
+        is stored as usual.
+        """
         config = config or GenerateConfig()
         # How a schema is sent changes what comes back, so it is part of the key; the base URL is not.
         identity = self.label if config.json_schema is None else f"{self.label}|{self.spec.schema_mode}"
         key = cache_key(identity, messages, config)
-        if self.cache is not None:
+        if self.cache is not None and not refresh:
             hit = self.cache.get(key)
             if hit is not None:
-                self.tracker.record_cache_hit(self.label)
-                # Built without re-validation: the entry was validated when it was stored.
-                return Completion.model_construct(
-                    text=hit["text"],
-                    usage=Usage.model_construct(**hit["usage"]),
-                    model=self.label,
-                    cached=True,
-                    latency_s=0.0,
-                    cost_usd=0.0,
-                    attempts=0,
-                    raw=hit.get("raw"),
-                )
+                return self._from_cache(key, hit)
         # Identical calls already in flight share one request (then one cache entry).
         pending = self._inflight.get(key)
         if pending is not None:
@@ -152,7 +151,7 @@ class Model:
         future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            completion = await self._call(key, messages, config)
+            completion = await self._claimed_call(key, messages, config)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: waiters re-raise it, nobody else must
@@ -162,6 +161,53 @@ class Model:
             return completion
         finally:
             del self._inflight[key]
+
+    def reject(self, completion: Completion) -> None:
+        """Evict a reply that its step rejected (unparseable, truncated, empty), so that a re-run
+        asks the model again instead of reading the same bad reply from the cache."""
+        if self.cache is not None and completion.cache_key is not None:
+            self.cache.delete(completion.cache_key)
+
+    def _from_cache(self, key: str, hit: dict[str, Any]) -> Completion:
+        self.tracker.record_cache_hit(self.label)
+        raw = hit.get("raw")
+        finish = hit.get("finish_reason")
+        if finish is None and isinstance(raw, dict):  # entries stored before the field existed
+            finish = normalize_finish_reason(raw.get("finish_reason") or raw.get("stop_reason"))
+        # Built without re-validation: the entry was validated when it was stored.
+        return Completion.model_construct(
+            text=hit["text"],
+            usage=Usage.model_construct(**hit["usage"]),
+            model=self.label,
+            cached=True,
+            latency_s=0.0,
+            cost_usd=0.0,
+            attempts=0,
+            finish_reason=finish,
+            cache_key=key,
+            raw=raw,
+        )
+
+    async def _claimed_call(
+        self, key: str, messages: Sequence[Message], config: GenerateConfig
+    ) -> Completion:
+        """Call once this process holds the key's claim in the shared cache: while another
+        process is making the same call, wait for its answer instead of paying for it again."""
+        if self.cache is None:
+            return await self._call(key, messages, config)
+        ttl = (self.spec.timeout + 5) * (self.retry.max_retries + 1) + self.retry.max_delay
+        while True:
+            claimed = self.cache.claim(key, ttl)
+            if isinstance(claimed, dict):
+                return self._from_cache(key, claimed)
+            if claimed:
+                break
+            await asyncio.sleep(CLAIM_POLL_SECONDS)
+        try:
+            return await self._call(key, messages, config)
+        except BaseException:
+            self.cache.release(key)
+            raise
 
     async def _call(self, key: str, messages: Sequence[Message], config: GenerateConfig) -> Completion:
         self.tracker.check_budget()
@@ -200,7 +246,12 @@ class Model:
             self.cache.put(
                 key,
                 self.label,
-                {"text": response.text, "usage": response.usage.model_dump(), "raw": response.raw},
+                {
+                    "text": response.text,
+                    "usage": response.usage.model_dump(),
+                    "finish_reason": response.finish_reason,
+                    "raw": response.raw,
+                },
             )
         return Completion(
             text=response.text,
@@ -209,6 +260,8 @@ class Model:
             latency_s=latency,
             cost_usd=cost,
             attempts=attempt + 1,
+            finish_reason=response.finish_reason,
+            cache_key=key,
             raw=response.raw,
         )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,11 +51,30 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
+FinishReason = Literal["stop", "length", "content_filter", "other"]
+
+
+def normalize_finish_reason(value: object) -> FinishReason | None:
+    """A provider's stop/finish reason in one vocabulary: `length` means the reply was cut off at
+    the token limit (OpenAI ``length``, Anthropic ``max_tokens``); None when the provider gave none."""
+    if value is None or value == "":
+        return None
+    text = str(value).lower()
+    if text in ("length", "max_tokens", "max_output_tokens"):
+        return "length"
+    if text in ("stop", "end_turn", "stop_sequence", "tool_use", "tool_calls", "function_call", "eos"):
+        return "stop"
+    if text in ("content_filter", "refusal", "safety"):
+        return "content_filter"
+    return "other"
+
+
 class BackendResponse(BaseModel):
     """What a backend returns for one successful attempt."""
 
     text: str
     usage: Usage = Usage()
+    finish_reason: FinishReason | None = None
     raw: dict[str, Any] | None = None
 
 
@@ -69,7 +88,23 @@ class Completion(BaseModel):
     latency_s: float = 0.0
     cost_usd: float | None = None
     attempts: int = 0
+    finish_reason: FinishReason | None = Field(
+        None, description="Why generation stopped: 'length' = cut off at max_tokens; None = not reported."
+    )
+    cache_key: str | None = Field(None, description="The call-cache key, so a rejected reply can be evicted.")
     raw: dict[str, Any] | None = None
 
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
 
-__all__ = ["BackendResponse", "Completion", "GenerateConfig", "Message", "Usage"]
+
+__all__ = [
+    "BackendResponse",
+    "Completion",
+    "FinishReason",
+    "GenerateConfig",
+    "Message",
+    "Usage",
+    "normalize_finish_reason",
+]

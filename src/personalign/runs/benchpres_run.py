@@ -24,6 +24,7 @@ from personalign.llm import ModelFactory
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import lifecycle
 from personalign.runs.cupid_run import RunSettings
+from personalign.runs.health import health_section
 from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.records import InstanceRecord, StepRecord
@@ -133,6 +134,7 @@ def write_summary(
         "models": {role: parse_model_spec(spec).label for role, spec in config.model_specs().items()},
         **metrics,
         "usage": factory.tracker.to_record(),
+        **health_section(records.values()),
         **({"notice": SMALL_MODEL_NOTICE} if uses_default else {}),
         **(extra or {}),
     }

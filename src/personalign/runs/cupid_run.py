@@ -21,6 +21,7 @@ from personalign.errors import ConfigError
 from personalign.llm import ModelFactory
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import lifecycle
+from personalign.runs.health import health_section
 from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
@@ -127,6 +128,7 @@ def write_summary(
         },
         **metrics,
         "usage": factory.tracker.to_record(),
+        **health_section(records.values()),
         **({"notice": SMALL_MODEL_NOTICE} if uses_default else {}),
         **(extra or {}),
     }

@@ -22,6 +22,7 @@ from personalign.errors import ConfigError
 from personalign.llm import ModelFactory, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import lifecycle
+from personalign.runs.health import health_section
 from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.records import InstanceRecord, StepRecord
@@ -160,6 +161,7 @@ def write_summary(
         "models": {r: parse_model_spec(getattr(config, r)).label for r in ROLES},
         **metrics,
         "usage": factory.tracker.to_record(),
+        **health_section(records.values()),
         **({"notice": SMALL_MODEL_NOTICE} if uses_default else {}),
         **(extra or {}),
     }

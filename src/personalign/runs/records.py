@@ -27,9 +27,22 @@ class StepRecord(BaseModel):
     reasoning: list[str] = Field(
         default_factory=list, description="reasoning the backend returned apart from the text, per attempt"
     )
+    finish_reasons: list[str | None] = Field(
+        default_factory=list,
+        description="why generation stopped, per attempt: stop | length (cut off at max_tokens) | "
+        "content_filter | other | null (not reported)",
+    )
     parsed: Any = None
     error: str | None = None
-    flags: list[str] = Field(default_factory=list, description="e.g. empty_inference, missing_section, reask")
+    errors: list[str] = Field(
+        default_factory=list,
+        description="earlier failures of this step (previous runs, rejected cached replies), oldest first",
+    )
+    flags: list[str] = Field(
+        default_factory=list,
+        description="e.g. truncated, empty, inline_reasoning, reask, refreshed, empty_inference, "
+        "missing_section",
+    )
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from personalign.errors import BudgetExceeded, ModelCallError, ParseError
-from personalign.judges.parsing import snippet
+from personalign.judges.parsing import snippet, split_reasoning
 from personalign.llm.model import Model, call_priority
-from personalign.llm.types import GenerateConfig
+from personalign.llm.types import Completion, GenerateConfig
 from personalign.prompts import PromptTemplate
 from personalign.runs.records import StepRecord
 from personalign.types import Message
@@ -19,6 +19,12 @@ REASK = (
     "Your answer could not be used: {reason}. Answer again, following the required format exactly, "
     "with nothing else."
 )
+
+
+# What a step does with a reply cut off at max_tokens or an empty reply. "error": the step fails
+# (the personalign protocol: a truncated text is never scored). "score": the text it got is
+# parsed and scored, as the papers' code does (the paper protocol); the flag still counts it.
+TruncationRule = Literal["error", "score"]
 
 
 class StepFailed(Exception):
@@ -32,12 +38,18 @@ class StepRunner:
 
     A step already present with status ``ok`` in ``previous`` is reused without a call (resume,
     re-scoring). A failed call or unparseable output is recorded with status ``error`` and
-    raises `StepFailed`; it is never turned into a score.
+    raises `StepFailed`; it is never turned into a score. Every reply's finish reason is
+    recorded; truncated and empty replies are flagged and handled by `truncation`. A rejected
+    reply is evicted from the call cache, and a rejected reply that came from the cache is asked
+    for once more, so that neither this run nor a re-run reads the same bad reply again.
     """
 
-    def __init__(self, previous: Mapping[str, StepRecord] | None = None) -> None:
+    def __init__(
+        self, previous: Mapping[str, StepRecord] | None = None, *, truncation: TruncationRule = "error"
+    ) -> None:
         self.previous = dict(previous or {})
         self.steps: dict[str, StepRecord] = {}
+        self.truncation = truncation
 
     def reuse(self, name: str) -> StepRecord | None:
         record = self.previous.get(name)
@@ -102,32 +114,37 @@ class StepRunner:
             prompt=template.name if template else None,
             prompt_sha256=template.sha256 if template else None,
         )
+        earlier = self.previous.get(name)
+        if earlier is not None:  # a failed step tried again: keep what went wrong before
+            record.errors = [*earlier.errors, *([earlier.error] if earlier.error else [])]
         self.steps[name] = record
         messages = list(messages)
-        for attempt in range(reasks + 1):
+        attempt, refresh, refreshes_left = 0, False, 1
+        while True:
             try:
                 # Later steps of an instance go first: finish started instances before new ones.
                 with call_priority(len(self.steps)):
-                    completion = await model.complete(messages, config)
+                    completion = await model.complete(messages, config, refresh=refresh)
+                refresh = False
             except (ModelCallError, BudgetExceeded) as exc:
                 record.status, record.error = "error", f"model call failed: {exc}"
                 raise StepFailed(name, record.error) from None
-            record.raw.append(completion.text)
-            reasoning = (completion.raw or {}).get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                record.reasoning.append(reasoning)
-            record.prompt_tokens += completion.usage.prompt_tokens
-            record.completion_tokens += completion.usage.completion_tokens
-            if record.cost_usd is not None:
-                record.cost_usd = (
-                    None if completion.cost_usd is None else record.cost_usd + completion.cost_usd
-                )
-            record.cached = completion.cached if attempt == 0 else record.cached and completion.cached
-            record.latency_s += completion.latency_s
+            text = self._account(record, completion)
             try:
-                parsed = parse(completion.text)
-            except ParseError as exc:
-                if attempt < reasks:
+                rejection = self._rejection(completion, text)
+                if rejection is not None:
+                    raise _Rejected(rejection)
+                parsed = parse(text)
+            except (ParseError, _Rejected) as exc:
+                model.reject(completion)
+                if completion.cached and refreshes_left:
+                    # A bad reply stored by an earlier run (or a process killed before evicting it).
+                    record.errors.append(f"cached reply rejected: {exc}")
+                    _flag(record, "refreshed")
+                    refresh, refreshes_left = True, refreshes_left - 1
+                    continue
+                if isinstance(exc, ParseError) and attempt < reasks:
+                    attempt += 1
                     record.flags.append("reask")
                     messages = [
                         *messages,
@@ -136,8 +153,53 @@ class StepRunner:
                     ]
                     continue
                 record.status = "error"
-                record.error = f"unparseable output: {exc} (raw: {snippet(completion.text)!r})"
+                what = "unparseable output" if isinstance(exc, ParseError) else "rejected output"
+                record.error = f"{what}: {exc} (raw: {snippet(completion.text)!r})"
                 raise StepFailed(name, record.error) from None
             record.parsed = parsed
             return parsed
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _account(self, record: StepRecord, completion: Completion) -> str:
+        """Add one reply to the record (raw text, reasoning, finish reason, flags, tokens, cost);
+        return the text to parse, with inline ``<think>`` reasoning moved into the record."""
+        record.raw.append(completion.text)
+        record.finish_reasons.append(completion.finish_reason)
+        reasoning = (completion.raw or {}).get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            record.reasoning.append(reasoning)
+        text = completion.text
+        split = split_reasoning(text)
+        if split.reasoning:
+            record.reasoning.append(split.reasoning)
+            _flag(record, "inline_reasoning")
+            text = split.final
+        if completion.truncated:
+            _flag(record, "truncated")
+        if not text.strip():
+            _flag(record, "empty")
+        record.prompt_tokens += completion.usage.prompt_tokens
+        record.completion_tokens += completion.usage.completion_tokens
+        if record.cost_usd is not None:
+            record.cost_usd = None if completion.cost_usd is None else record.cost_usd + completion.cost_usd
+        record.cached = completion.cached if len(record.raw) == 1 else record.cached and completion.cached
+        record.latency_s += completion.latency_s
+        return text
+
+    def _rejection(self, completion: Completion, text: str) -> str | None:
+        """Why the truncation rule rejects this reply before parsing, or None."""
+        if self.truncation == "score":
+            return None
+        if completion.truncated:
+            return f"reply cut off at the token limit ({completion.usage.completion_tokens} tokens)"
+        if not text.strip():
+            return "empty reply"
+        return None
+
+
+class _Rejected(Exception):
+    """A reply refused by the truncation rule (not a parse failure: it is not re-asked)."""
+
+
+def _flag(record: StepRecord, flag: str) -> None:
+    if flag not in record.flags:
+        record.flags.append(flag)

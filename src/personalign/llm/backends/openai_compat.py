@@ -19,7 +19,7 @@ from personalign.llm.backends._http import http_status_error, read_key, scrub, t
 from personalign.llm.backends._http1 import Http1Pool, TransportFailure, lean_client_applies
 from personalign.llm.cache import json_string
 from personalign.llm.spec import ModelSpec
-from personalign.llm.types import BackendResponse, GenerateConfig, Usage
+from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
 
 if TYPE_CHECKING:  # imported where used: ~40 ms that plain-http endpoints never need
@@ -172,6 +172,7 @@ class OpenAICompatBackend:
         return BackendResponse(
             text=text,
             usage=tokens,
+            finish_reason=normalize_finish_reason(choice.get("finish_reason")),
             raw={
                 "id": data.get("id"),
                 "finish_reason": choice.get("finish_reason"),

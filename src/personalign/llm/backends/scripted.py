@@ -16,7 +16,9 @@ from personalign.errors import ModelCallError
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage
 from personalign.types import Message
 
-Responder = Callable[[Sequence[Message], GenerateConfig], str]
+# A responder returns the reply text, or a whole `BackendResponse` to script a finish reason
+# (e.g. a reply cut off at the token limit).
+Responder = Callable[[Sequence[Message], GenerateConfig], "str | BackendResponse"]
 
 _WORD = re.compile(r"[a-z]{4,}")
 
@@ -140,10 +142,18 @@ class ScriptedBackend:
         self.calls += 1
         if self.failures:
             raise self.failures.pop(0)
-        text = self.responder(messages, config)
+        reply = self.responder(messages, config)
         prompt_tokens = sum(len(m.content.split()) for m in messages)
+        if isinstance(reply, BackendResponse):
+            return reply.model_copy(
+                update={
+                    "usage": Usage(prompt_tokens=prompt_tokens, completion_tokens=len(reply.text.split()))
+                }
+            )
         return BackendResponse(
-            text=text, usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=len(text.split()))
+            text=reply,
+            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=len(reply.split())),
+            finish_reason="stop",
         )
 
     async def aclose(self) -> None:
