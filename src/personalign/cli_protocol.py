@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import ProtocolDirOpt, console, fail
+from personalign.cli_common import ProtocolDirOpt, ProtocolOpt, console, fail
 from personalign.errors import ConfigError, PersonalignError
 from personalign.protocols.upstream import UpstreamSource, fetch_source, open_upstream, verify_all
 
@@ -68,6 +68,45 @@ def verify_cmd(name: NameArg, protocol_dir: ProtocolDirOpt = None) -> None:
     console.print(
         f"{name}: {len(hashes)} file(s) match {source.repo}@{source.commit} ({files.origin}: {files.root})"
     )
+
+
+@protocol_app.command("show")
+def show_cmd(
+    name: NameArg,
+    instance: Annotated[str, typer.Option("--instance", help="Question id, e.g. test_1/0#2.")],
+    setting: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--setting",
+            help="KEY=VALUE (repeatable): context, instruction_role, shots, bm25, embedder, judge_format, "
+            "slot.",
+        ),
+    ] = None,
+    protocol: ProtocolOpt = "paper",
+    protocol_dir: ProtocolDirOpt = None,
+    data: Annotated[str, typer.Option(help="'fixture', 'hf[:repo]', or a directory.")] = "fixture",
+    answer: Annotated[
+        str, typer.Option(help="The model answer to put in the judge's prompt.")
+    ] = "<model answer>",
+) -> None:
+    """Print the exact messages a run sends for one instance and setting (subject and judge), as JSON."""
+    try:
+        if name != "hicupid":
+            raise ConfigError(f"protocol show supports hicupid here, not {name!r}")
+        from personalign.cli_hicupid import show_hicupid
+
+        typer.echo(
+            show_hicupid(
+                instance,
+                setting or [],
+                protocol=protocol,
+                protocol_dir=protocol_dir,
+                data=data,
+                answer=answer,
+            )
+        )
+    except PersonalignError as exc:
+        fail(exc)
 
 
 def register(app: typer.Typer) -> None:

@@ -246,7 +246,8 @@ def test_report_tables(tmp_path: Path) -> None:
     tables = build_report([tmp_path / "full", tmp_path / "gold", tmp_path / "bm25"])
     t1 = tables["hicupid_test_1"]
     assert t1.columns == ["BLEU", "ROUGE-L", "Persona", "Schedule", "Multi-Info", "Total"]
-    assert "scripted/s · zero/system · full [judged by scripted/j]" in t1.rows
+    assert "scripted/s · zero/system · full [judged by scripted/j] [personalign]" in t1.rows
+    assert t1.title.endswith("· protocol personalign")
     ablation = tables["hicupid_ablation"]
     (row,) = ablation.rows.values()
     assert row["Total gap"].value == pytest.approx(row["Gold Total"].value - row["Whole Total"].value)  # type: ignore[operator]
