@@ -38,26 +38,33 @@ class OkapiBM25Index:
     ) -> None:
         self.size = len(texts)
         self.k1, self.b, self.epsilon = k1, b, epsilon
-        postings: dict[str, tuple[list[int], list[int]]] = {}  # term -> (unit positions, term counts)
+        # Postings as one flat (term, unit, count) table sorted by term: a query term is a slice.
+        term_ids: dict[str, int] = {}  # first-seen order, as rank_bm25 fills its idf dict
+        terms: list[int] = []
+        units: list[int] = []
+        counts: list[int] = []
         doc_len = np.zeros(self.size, dtype=np.int64)
         total = 0
         for position, text in enumerate(texts):
             tokens = whitespace_tokenize(text)
             doc_len[position] = len(tokens)
             total += len(tokens)
-            counts: dict[str, int] = {}
+            frequencies: dict[str, int] = {}
             for token in tokens:
-                counts[token] = counts.get(token, 0) + 1
-            for token, count in counts.items():  # first-seen order, as rank_bm25 fills its idf dict
-                docs, tfs = postings.setdefault(token, ([], []))
-                docs.append(position)
-                tfs.append(count)
+                frequencies[token] = frequencies.get(token, 0) + 1
+            for token, count in frequencies.items():
+                terms.append(term_ids.setdefault(token, len(term_ids)))
+                units.append(position)
+                counts.append(count)
+        term_array = np.asarray(terms, dtype=np.int64)
+        order = np.argsort(term_array, kind="stable")
+        self._units = np.asarray(units, dtype=np.int64)[order]
+        self._counts = np.asarray(counts, dtype=np.int64)[order]
+        doc_freq = np.bincount(term_array, minlength=len(term_ids))
+        self._starts = np.concatenate(([0], np.cumsum(doc_freq)))
+        self._term_ids = term_ids
         self.avgdl = total / self.size if self.size else 0.0
-        self.idf = self._idf({term: len(docs) for term, (docs, _) in postings.items()})
-        self._postings = {
-            term: (np.asarray(docs, dtype=np.int64), np.asarray(tfs, dtype=np.int64))
-            for term, (docs, tfs) in postings.items()
-        }
+        self.idf = self._idf(dict(zip(term_ids, doc_freq.tolist(), strict=True)))
         # rank_bm25 recomputes this per query term as k1 * (1 - b + b * doc_len / avgdl); same operations.
         self._norm: npt.NDArray[np.float64] = np.zeros(self.size, dtype=np.float64)
         if self.avgdl > 0:
@@ -86,11 +93,12 @@ class OkapiBM25Index:
         if self.avgdl <= 0:  # every unit is empty: rank_bm25 divides by zero here; nothing can match
             return score
         for token in whitespace_tokenize(query):
-            found = self._postings.get(token)
+            term = self._term_ids.get(token)
             weight = self.idf.get(token) or 0
-            if found is None or not weight:
+            if term is None or not weight:
                 continue  # rank_bm25 adds 0.0 to every unit
-            docs, tfs = found
+            lo, hi = self._starts[term], self._starts[term + 1]
+            docs, tfs = self._units[lo:hi], self._counts[lo:hi]
             score[docs] += weight * (tfs * (self.k1 + 1) / (tfs + self._norm[docs]))
         return score
 
