@@ -70,7 +70,6 @@ from personalign.types_hicupid import QUESTION_TYPES, HiCupidHistory, HiCupidQA
 InstructionRole = Literal["system", "user"]
 TASK = "qa"
 SUBJECT_STEPS = ("answer",)
-TYPE_LABELS = {"persona": "persona", "profile": "multi-info", "schedule": "schedule"}
 
 TEMPLATES = {
     "instruction": "hicupid/instruction",
@@ -211,7 +210,7 @@ def format_examples(examples: Sequence[HiCupidQA]) -> str:
     blocks = []
     for i, ex in enumerate(examples, start=1):
         blocks.append(
-            f"### Example {i} ({TYPE_LABELS[ex.type]} question)\n"
+            f"### Example {i}\n"
             f"Question: {ex.question}\n"
             f"Personalized answer: {ex.personalized_answer}\n"
             f"General answer: {ex.general_answer}"
@@ -245,7 +244,9 @@ class FewShotPool:
             random.Random(f"{seed}:few-shot:{kind}").shuffle(items)
 
     def examples(self, qa: HiCupidQA, shots: int) -> list[HiCupidQA]:
-        chosen: list[HiCupidQA] = []
+        """``shots`` examples per type, interleaved (persona, multi-info, schedule, persona, ...) as the
+        paper's fixed sets are."""
+        per_type: list[list[HiCupidQA]] = []
         for kind in QUESTION_TYPES:
             others = [ex for ex in self.pool[kind] if ex.user_id != qa.user_id][:shots]
             if len(others) < shots:
@@ -253,8 +254,8 @@ class FewShotPool:
                     f"{shots}-shot prompting needs {shots} train questions of type {kind!r} from users "
                     f"other than user {qa.user_id}; the data has {len(others)}"
                 )
-            chosen.extend(others)
-        return chosen
+            per_type.append(others)
+        return [ex for group in zip(*per_type, strict=True) for ex in group]
 
 
 # --- the benchmark -----------------------------------------------------------------------------
