@@ -203,6 +203,44 @@ def bench_prompt_size(users: int) -> None:
         print(f"  {name:22s} {mean:8,.0f} tokens  -> whole / retrieved = {mean_whole / mean:5.1f}x")
 
 
+def bench_okapi(users: int, k: int) -> None:
+    """The paper's BM25 (whitespace tokens, always k): OkapiBM25Index against rank_bm25 itself."""
+    from rank_bm25 import BM25Okapi
+
+    from personalign.retrieval.okapi import OkapiBM25Index
+
+    text = TextSource(seed=2)
+    i_ours = i_rank = q_ours = q_rank = 0.0
+    n_queries = same = 0
+    for user_id in range(users):
+        history, queries = make_history(user_id, text)
+        units = [u.text for u in utterance_units(history)]
+        n_queries += len(queries)
+        start = time.perf_counter()
+        index = OkapiBM25Index(units)
+        mid = time.perf_counter()
+        ours = [[h.index for h in index.search(q, k)] for q in queries]
+        end = time.perf_counter()
+        i_ours, q_ours = i_ours + mid - start, q_ours + end - mid
+        start = time.perf_counter()
+        okapi = BM25Okapi([u.split() for u in units])
+        mid = time.perf_counter()
+        theirs = []
+        for q in queries:
+            scores = okapi.get_scores(q.split())
+            theirs.append(sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)[:k])
+        end = time.perf_counter()
+        i_rank, q_rank = i_rank + mid - start, q_rank + end - mid
+        same += sum(a == b for a, b in zip(ours, theirs, strict=True))
+    t_ours, t_rank = i_ours + q_ours, i_rank + q_rank
+    print(f"Okapi BM25 (official tokens, top {k}): {users} users, {n_queries:,} queries")
+    print(f"  OkapiBM25Index (index + query): {t_ours:6.2f} s -> {n_queries / t_ours:8.0f} queries/s")
+    print(f"  rank_bm25      (index + query): {t_rank:6.2f} s -> {n_queries / t_rank:8.0f} queries/s")
+    ratios = f"indexing {i_rank / i_ours:.2f}x, querying {q_rank / q_ours:.2f}x"
+    print(f"  ratio: {t_rank / t_ours:.2f}x overall, {ratios}")
+    print(f"  identical top-{k} lists: {same}/{n_queries}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -211,7 +249,12 @@ def main() -> None:
     parser.add_argument("--dense-texts", type=int, default=2000, help="texts for the encode throughput")
     parser.add_argument("--prompt-users", type=int, default=20, help="users for the prompt-size ratio")
     parser.add_argument("--k", type=int, default=25, help="top-k of each BM25 query")
+    parser.add_argument("--okapi-users", type=int, default=300, help="users for the Okapi comparison")
+    parser.add_argument("--only-okapi", action="store_true", help="run only the Okapi comparison")
     args = parser.parse_args()
+    bench_okapi(args.okapi_users, args.k)
+    if args.only_okapi:
+        return
     bench_bm25(args.users, args.k)
     bench_dense(args.dense_texts)
     bench_prompt_size(args.prompt_users)

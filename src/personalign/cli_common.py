@@ -30,3 +30,22 @@ def exit_if_stopped(status: str) -> None:
     """A run that stopped at its --max-cost budget exits with status 3 (its results are kept)."""
     if status == "stopped_budget":
         raise typer.Exit(3)
+
+
+# The evaluation protocol, declared once for every run command.
+ProtocolOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--protocol",
+        help="paper (the official prompts, pinned by sha256) | personalign (ours). "
+        "Default: paper with --data hf, else personalign.",
+    ),
+]
+ProtocolDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--protocol-dir",
+        help="A checkout of the upstream repository at the pinned commit, for --protocol paper "
+        "(default: $PERSONALIGN_PROTOCOL_DIR_<NAME>, else the `personalign protocol fetch` cache).",
+    ),
+]

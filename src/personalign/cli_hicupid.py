@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -15,12 +15,15 @@ from personalign.cli_common import (
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
+    ProtocolDirOpt,
+    ProtocolOpt,
     console,
     exit_if_stopped,
 )
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
+from personalign.protocols.upstream import resolve_protocol
 
 
 def run_hicupid_cmd(
@@ -41,8 +44,12 @@ def run_hicupid_cmd(
         ),
     ] = "full",
     instruction_role: Annotated[
-        str, typer.Option(help="Where the instruction goes: system | user (with an acknowledgement).")
-    ] = "system",
+        str | None,
+        typer.Option(
+            help="Where the instruction goes: system | user (with an acknowledgement). "
+            "Default: user under --protocol paper (the paper's main setting), else system."
+        ),
+    ] = None,
     shots: Annotated[
         int, typer.Option(help="Few-shot examples per question type from the train split (0, 1, 3, 5).")
     ] = 0,
@@ -50,11 +57,27 @@ def run_hicupid_cmd(
         bool, typer.Option("--both-orders", help="Judge A/B questions in both orders (flips count as ties).")
     ] = False,
     judge_format: Annotated[
-        str, typer.Option(help="json (schema-constrained) | text ('Better Response: X' lines, proxy judges).")
-    ] = "json",
+        str | None,
+        typer.Option(
+            help="json (schema-constrained) | text ('Better Response: X' lines, proxy judges). "
+            "Default: json; --protocol paper always uses the official text format."
+        ),
+    ] = None,
     embedder: Annotated[
-        str, typer.Option(help="Dense retrieval embedder: minilm (offline default), hash, st:<model>.")
+        str,
+        typer.Option(
+            help="Dense retrieval embedder: minilm (offline default), hash, st:<model>, "
+            "contriever[:<name-or-dir>] (the paper's; needs the contriever extra)."
+        ),
     ] = "minilm",
+    bm25: Annotated[
+        str | None,
+        typer.Option(
+            help="BM25 variant: lucene (stopwords, only matching units) | okapi (the paper's: rank_bm25 "
+            "Okapi over whitespace tokens, always k units). Default: okapi under --protocol paper, "
+            "else lucene."
+        ),
+    ] = None,
     split: Annotated[
         list[str] | None,
         typer.Option("--split", help="train | test_1 | test_2 (repeatable; default both tests)"),
@@ -71,8 +94,15 @@ def run_hicupid_cmd(
     run_dir: Annotated[
         Path | None, typer.Option(help="Run directory (default: runs/hicupid/<derived name>).")
     ] = None,
-    max_tokens: Annotated[int, typer.Option(help="Max tokens for the subject's answers.")] = 200,
-    temperature: Annotated[float, typer.Option(help="Subject sampling temperature (paper: 0.6).")] = 0.0,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Max tokens for the subject's answers (default 200, as the paper).")
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(help="Subject sampling temperature. Default: 0.6 under --protocol paper, else 0.0."),
+    ] = None,
+    protocol: ProtocolOpt = None,
+    protocol_dir: ProtocolDirOpt = None,
     max_cost: MaxCostOpt = None,
     prices: PricesOpt = None,
     cache: CacheOpt = None,
@@ -88,15 +118,18 @@ def run_hicupid_cmd(
 
     try:
         subject, judge_spec = subject_and_judge(model, judge)
-        config = HiCupidConfig(
+        chosen = resolve_protocol(protocol, official_data=data.startswith("hf"))
+        config = HiCupidConfig.for_protocol(
+            chosen,
             subject=subject,
             judge=judge_spec,
             context=context,
-            instruction_role=instruction_role,  # type: ignore[arg-type]
+            instruction_role=instruction_role,
             shots=shots,
             both_orders=both_orders,
-            judge_format=judge_format,  # type: ignore[arg-type]
+            judge_format=judge_format,
             embedder=embedder,
+            bm25=bm25,
             subject_max_tokens=max_tokens,
             subject_temperature=temperature,
         )
@@ -113,9 +146,11 @@ def run_hicupid_cmd(
             max_cost_usd=max_cost,
             prices=prices,
             progress=progress,
+            protocol_dir=protocol_dir,
         )
         console.print(
-            f"hicupid: subject [bold]{config.subject}[/], judge {config.judge} ({config.judge_format}"
+            f"hicupid [{config.protocol}]: subject [bold]{config.subject}[/], judge {config.judge} "
+            f"({config.judge_format}"
             f"{', both orders' if both_orders else ''}); method {config.method}, context {config.context}; "
             f"splits {', '.join(settings.splits)}"
         )
@@ -135,7 +170,13 @@ def run_retrieval_cmd(
         list[str] | None,
         typer.Option("--retriever", help="bm25 | dense | memory (repeatable; default all three)"),
     ] = None,
-    embedder: Annotated[str, typer.Option(help="Dense embedder: minilm, hash, st:<model>.")] = "minilm",
+    embedder: Annotated[
+        str, typer.Option(help="Dense embedder: minilm, hash, st:<model>, contriever[:<name-or-dir>].")
+    ] = "minilm",
+    bm25: Annotated[
+        list[str] | None,
+        typer.Option("--bm25", help="BM25 variant(s): lucene | okapi (repeatable; default lucene)."),
+    ] = None,
     split: Annotated[
         list[str] | None, typer.Option("--split", help="train | test_1 | test_2 (default both tests)")
     ] = None,
@@ -149,9 +190,18 @@ def run_retrieval_cmd(
 ) -> None:
     """Hit@k of BM25, dense and memory-engine retrieval against the gold dialogues, per question type
     (no model calls). The memory engine retrieves whole dialogues (rows at the dialogue-level K)."""
+    from dataclasses import replace
     from typing import cast
 
-    from personalign.context.hicupid import PAPER_K, ContextOptions, Method, Unit, retrieval_hits
+    from personalign.context.hicupid import (
+        BM25_VARIANTS,
+        PAPER_K,
+        BM25Variant,
+        ContextOptions,
+        Method,
+        Unit,
+        retrieval_hits,
+    )
     from personalign.data.hicupid import load_hicupid
     from personalign.report.cupid import write_report
     from personalign.report.tables import Cell, Table
@@ -171,6 +221,10 @@ def run_retrieval_cmd(
             scale=100.0,
         )
         options = ContextOptions(embedder=embedder, embedding_cache=vectors)
+        variants = bm25 or ["lucene"]
+        for variant in variants:
+            if variant not in BM25_VARIANTS:
+                raise PersonalignError(f"unknown BM25 variant {variant!r} ({', '.join(BM25_VARIANTS)})")
 
         def add_rows(label: str, hits: dict[int, dict[str, float | int | None]]) -> None:
             for k, row in hits.items():
@@ -193,11 +247,13 @@ def run_retrieval_cmd(
                 )
                 add_rows(f"memory dialogue {{k}} ({embedder})", result["methods"]["memory"])
                 continue
-            for unit, ks in PAPER_K.items():
-                hits = retrieval_hits(
-                    dataset.histories, questions, cast(Method, method), cast(Unit, unit), ks, options
-                )
-                add_rows(f"{method} {unit} {{k}}" + (f" ({embedder})" if method == "dense" else ""), hits)
+            for variant in variants if method == "bm25" else [embedder]:
+                opts = replace(options, bm25=cast(BM25Variant, variant)) if method == "bm25" else options
+                for unit, ks in PAPER_K.items():
+                    hits = retrieval_hits(
+                        dataset.histories, questions, cast(Method, method), cast(Unit, unit), ks, opts
+                    )
+                    add_rows(f"{method} {unit} {{k}} ({variant})", hits)
     except PersonalignError as exc:
         _fail(exc)
         return
@@ -281,6 +337,72 @@ def agree_cmd(
     if out:
         out.write_text(text + "\n", encoding="utf-8")
     typer.echo(text)
+
+
+SHOW_SETTINGS = ("context", "instruction_role", "shots", "bm25", "embedder", "judge_format", "slot")
+
+
+def show_hicupid(
+    instance: str,
+    settings: list[str],
+    *,
+    protocol: str | None,
+    protocol_dir: Path | None,
+    data: str,
+    answer: str,
+    seed: int = 42,
+) -> str:
+    """The exact subject and judge messages of one question under one setting, as JSON (no calls).
+
+    ``settings`` are ``KEY=VALUE`` pairs: context, instruction_role, shots, bm25, embedder,
+    judge_format, slot (where the model's answer sits in the A/B judge: A or B).
+    """
+    import asyncio
+    from typing import cast
+
+    from personalign.benchmarks.hicupid import HiCupidBenchmark, HiCupidConfig, HiCupidModels
+    from personalign.benchmarks.hicupid_protocol import load_paper_texts
+    from personalign.data.hicupid import load_hicupid
+    from personalign.errors import ConfigError
+    from personalign.llm.model import Model
+
+    given: dict[str, object] = {}
+    slot: Literal["A", "B"] | None = None
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or key not in SHOW_SETTINGS:
+            known = ", ".join(SHOW_SETTINGS)
+            raise ConfigError(f"--setting {item!r}: expected KEY=VALUE with KEY in {known}")
+        if key == "slot":
+            if value not in ("A", "B"):
+                raise ConfigError(f"--setting {item!r}: the slot is A or B")
+            slot = "A" if value == "A" else "B"
+        elif key == "shots":
+            if not value.isdigit():
+                raise ConfigError(f"--setting {item!r}: shots is a number")
+            given[key] = int(value)
+        else:
+            given[key] = value
+    chosen = resolve_protocol(protocol, official_data=data.startswith("hf"))
+    config = HiCupidConfig.for_protocol(chosen, subject="none/none", judge="none/none", **given)
+    dataset = load_hicupid(data)
+    qa = next((q for q in dataset.qa if q.id == instance or str(q.question_id) == instance), None)
+    if qa is None:
+        raise ConfigError(f"no question {instance!r} in {dataset.source} (give an id like test_1/0#2)")
+    paper = load_paper_texts(protocol_dir) if chosen == "paper" else None
+    no_model = cast(Model, None)  # preview() makes no call
+    benchmark = HiCupidBenchmark(config, HiCupidModels(no_model, no_model), dataset, seed, paper=paper)
+    shown = asyncio.run(benchmark.preview(qa, answer, slot))
+    return json.dumps(
+        {
+            "instance": qa.id,
+            "protocol": chosen,
+            "config": {k: v for k, v in config.to_record().items() if k not in ("subject", "judge")},
+            **{role: [m.model_dump() for m in messages] for role, messages in shown.items()},
+        },
+        indent=2,
+        ensure_ascii=False,
+    )
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:

@@ -137,3 +137,24 @@ def test_registry_names_and_extension() -> None:
             register_context("last-dialogue-test", lambda options: LastDialogue())
     finally:
         del HICUPID_CONTEXTS["last-dialogue-test"]
+
+
+def test_okapi_bm25_always_returns_k_units_ranked_as_rank_bm25() -> None:
+    rank_bm25 = pytest.importorskip("rank_bm25")
+    qa = _qa("test_2/4#164")
+    history = DATA.history(qa.user_id)
+    lucene = Retrieval("bm25", "utterance", 15, ContextOptions())
+    okapi = Retrieval("bm25", "utterance", 15, ContextOptions(bm25="okapi"))
+    units = okapi.index(history)[0]
+    assert len(lucene.rank(history, qa.question, 15)) < 15 <= len(units)  # lucene drops non-matching units
+    ranked = okapi.rank(history, qa.question, 15)
+    assert len(ranked) == 15
+    scores = rank_bm25.BM25Okapi([u.text.split() for u in units]).get_scores(qa.question.split())
+    expected = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)[:15]
+    assert [u.position for u in ranked] == [units[i].position for i in expected]
+    assert okapi.label == "bm25-utterance-15 (okapi)"
+
+
+def test_unknown_bm25_variant_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="BM25 variant"):
+        ContextOptions(bm25="robertson")  # type: ignore[arg-type]

@@ -11,11 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.hicupid import HiCupidConfig
+from personalign.benchmarks.hicupid import FewShotPool, HiCupidConfig
 from personalign.cli import app
+from personalign.data.hicupid import load_hicupid
 from personalign.errors import ConfigError, ModelCallError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
+from personalign.prompts import load_template
 from personalign.report.hicupid import build_report
 from personalign.runs.agree import agreement
 from personalign.runs.cupid_run import RunSettings, rescore_cupid, run_cupid
@@ -161,9 +163,13 @@ def test_prompt_layouts_few_shot_and_user_role(tmp_path: Path) -> None:
     instruction, ack = prompt[-3].content, prompt[-2].content
     assert prompt[0].content.startswith("I finally sent that overhanging route")  # history first
     assert instruction.count("### Example") == 9  # 3 per question type
-    assert "(schedule question)" in instruction and "(multi-info question)" in instruction
+    assert "question)" not in instruction  # no type labels: the official examples carry none
     assert "cilantro" not in instruction  # no example from the asker's (user 0's) own questions
-    assert ack.startswith("Understood.")
+    assert ack == load_template("hicupid/acknowledge").user
+    # Interleaved by type, as the paper's fixed sets: persona, multi-info, schedule, persona, ...
+    pool = FewShotPool(load_hicupid().questions(["train"]), seed=42)
+    asker = next(q for q in load_hicupid().qa if q.question == prompt[-1].content)
+    assert [ex.type for ex in pool.examples(asker, 3)] == ["persona", "profile", "schedule"] * 3
     system = Recorder()
     run_hicupid(
         CONFIG, _settings(tmp_path, "sys", limit=1), factory=_factory(tmp_path, s=ScriptedBackend(system))
@@ -246,7 +252,8 @@ def test_report_tables(tmp_path: Path) -> None:
     tables = build_report([tmp_path / "full", tmp_path / "gold", tmp_path / "bm25"])
     t1 = tables["hicupid_test_1"]
     assert t1.columns == ["BLEU", "ROUGE-L", "Persona", "Schedule", "Multi-Info", "Total"]
-    assert "scripted/s · zero/system · full [judged by scripted/j]" in t1.rows
+    assert "scripted/s · zero/system · full [judged by scripted/j] [personalign]" in t1.rows
+    assert t1.title.endswith("· protocol personalign")
     ablation = tables["hicupid_ablation"]
     (row,) = ablation.rows.values()
     assert row["Total gap"].value == pytest.approx(row["Gold Total"].value - row["Whole Total"].value)  # type: ignore[operator]

@@ -13,14 +13,26 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from personalign.benchmarks.hicupid_protocol import (
+    PaperTexts,
+    judge_messages,
+    load_paper_texts,
+    paper_history,
+    parse_paper_ab,
+    parse_paper_schedule,
+    subject_messages,
+)
+from personalign.benchmarks.hicupid_protocol import prompt_key as paper_prompt_key
 from personalign.context.hicupid import (
+    BM25_VARIANTS,
+    BM25Variant,
     ContextOptions,
     ContextSelection,
     check_context,
@@ -48,16 +60,16 @@ from personalign.llm.types import GenerateConfig
 from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
 from personalign.metrics.hicupid import bleu, retrieval_total, rouge_l, total_from_types, wtl
 from personalign.prompts import PromptTemplate, load_template
+from personalign.protocols.upstream import PROTOCOLS, Protocol
 from personalign.retrieval import DEFAULT_EMBEDDER
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 from personalign.runs.steps import StepFailed, StepRunner
 from personalign.types import Message
-from personalign.types_hicupid import QUESTION_TYPES, HiCupidQA
+from personalign.types_hicupid import QUESTION_TYPES, HiCupidHistory, HiCupidQA
 
 InstructionRole = Literal["system", "user"]
 TASK = "qa"
 SUBJECT_STEPS = ("answer",)
-TYPE_LABELS = {"persona": "persona", "profile": "multi-info", "schedule": "schedule"}
 
 TEMPLATES = {
     "instruction": "hicupid/instruction",
@@ -74,7 +86,12 @@ TEMPLATES = {
 
 @dataclass(frozen=True)
 class HiCupidConfig:
-    """Everything that defines a HiCUPID run's results (recorded in the manifest)."""
+    """Everything that defines a HiCUPID run's results (recorded in the manifest).
+
+    ``protocol``: ``personalign`` (our prompts, JSON judges by default) or ``paper`` (the official
+    prompts, read at run time from the pinned upstream files; text judges; see `for_protocol` for
+    the defaults of each).
+    """
 
     subject: str
     judge: str
@@ -84,10 +101,12 @@ class HiCupidConfig:
     both_orders: bool = False
     judge_format: JudgeFormat = "json"
     embedder: str = DEFAULT_EMBEDDER
+    bm25: BM25Variant = "lucene"
     subject_max_tokens: int = 200
     subject_temperature: float = 0.0
     judge_max_tokens: int = 512
     reasks: int = 1
+    protocol: Protocol = "personalign"
 
     def __post_init__(self) -> None:
         check_context(self.context)
@@ -95,8 +114,34 @@ class HiCupidConfig:
             raise ConfigError("instruction role must be 'system' or 'user'")
         if self.shots < 0:
             raise ConfigError("--shots must be 0 (zero-shot) or a positive number of examples per type")
+        if self.bm25 not in BM25_VARIANTS:
+            raise ConfigError(f"--bm25 must be one of {', '.join(BM25_VARIANTS)}")
         if self.judge_format not in JUDGE_FORMATS:
             raise ConfigError(f"judge format must be one of {', '.join(JUDGE_FORMATS)}")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}")
+        if self.protocol == "paper":
+            paper_prompt_key(self.instruction_role, self.shots)  # the fixed sets: 0, 1, 3 or 5 shots
+            if self.judge_format != "text":
+                raise ConfigError(
+                    "--protocol paper uses the official text judge format (--judge-format text)"
+                )
+            if self.reasks:
+                raise ConfigError("--protocol paper sends no re-asks (an unparseable verdict is an error)")
+
+    @classmethod
+    def for_protocol(cls, protocol: Protocol, **given: Any) -> HiCupidConfig:
+        """A config with the protocol's defaults for every setting not given (None counts as not given).
+
+        ``paper``: user-role instruction, subject temperature 0.6 and 200 max tokens, judge 512 max
+        tokens at temperature 0, text judges without re-asks, Okapi BM25 (the official settings).
+        ``personalign``: the dataclass defaults.
+        """
+        values = {k: v for k, v in given.items() if v is not None}
+        if protocol == "paper":
+            for key, value in PAPER_DEFAULTS.items():
+                values.setdefault(key, value)
+        return cls(protocol=protocol, **values)
 
     @property
     def method(self) -> str:
@@ -107,6 +152,19 @@ class HiCupidConfig:
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The official settings (configs/inference_openai.yaml, configs/evaluate_openai.yaml at the pinned
+# commit; benchmarks/hicupid_parity.py checks them against the files) and the paper's main setting.
+PAPER_DEFAULTS: dict[str, Any] = {
+    "instruction_role": "user",
+    "subject_temperature": 0.6,
+    "subject_max_tokens": 200,
+    "judge_max_tokens": 512,
+    "judge_format": "text",
+    "reasks": 0,
+    "bm25": "okapi",
+}
 
 
 @dataclass
@@ -152,7 +210,7 @@ def format_examples(examples: Sequence[HiCupidQA]) -> str:
     blocks = []
     for i, ex in enumerate(examples, start=1):
         blocks.append(
-            f"### Example {i} ({TYPE_LABELS[ex.type]} question)\n"
+            f"### Example {i}\n"
             f"Question: {ex.question}\n"
             f"Personalized answer: {ex.personalized_answer}\n"
             f"General answer: {ex.general_answer}"
@@ -186,7 +244,9 @@ class FewShotPool:
             random.Random(f"{seed}:few-shot:{kind}").shuffle(items)
 
     def examples(self, qa: HiCupidQA, shots: int) -> list[HiCupidQA]:
-        chosen: list[HiCupidQA] = []
+        """``shots`` examples per type, interleaved (persona, multi-info, schedule, persona, ...) as the
+        paper's fixed sets are."""
+        per_type: list[list[HiCupidQA]] = []
         for kind in QUESTION_TYPES:
             others = [ex for ex in self.pool[kind] if ex.user_id != qa.user_id][:shots]
             if len(others) < shots:
@@ -194,8 +254,8 @@ class FewShotPool:
                     f"{shots}-shot prompting needs {shots} train questions of type {kind!r} from users "
                     f"other than user {qa.user_id}; the data has {len(others)}"
                 )
-            chosen.extend(others)
-        return chosen
+            per_type.append(others)
+        return [ex for group in zip(*per_type, strict=True) for ex in group]
 
 
 # --- the benchmark -----------------------------------------------------------------------------
@@ -211,15 +271,20 @@ class HiCupidBenchmark:
         dataset: HiCupidDataset,
         seed: int,
         embedding_cache: Path | None = None,
+        paper: PaperTexts | None = None,
     ) -> None:
         self.config = config
         self.models = models
         self.dataset = dataset
         self.seed = seed
+        # The official texts, read (and verified) once; a ProtocolError here stops the run before any call.
+        self.paper = (paper or load_paper_texts()) if config.protocol == "paper" else None
         self.context = make_context(
-            config.context, ContextOptions(embedder=config.embedder, embedding_cache=embedding_cache)
+            config.context,
+            ContextOptions(embedder=config.embedder, embedding_cache=embedding_cache, bm25=config.bm25),
         )
-        self.few_shot = FewShotPool(dataset.questions(["train"]), seed) if config.shots else None
+        own_few_shot = config.shots and config.protocol != "paper"  # the paper's sets are fixed
+        self.few_shot = FewShotPool(dataset.questions(["train"]), seed) if own_few_shot else None
         self.subject_config = GenerateConfig(
             temperature=config.subject_temperature, max_tokens=config.subject_max_tokens
         )
@@ -238,7 +303,33 @@ class HiCupidBenchmark:
             for qa in questions:
                 self.few_shot.examples(qa, self.config.shots)
 
+    def paper_subject_prompt(self, qa: HiCupidQA, selection: ContextSelection) -> BuiltPrompt:
+        """The official messages: the prompt's system part, history, its user part, the question."""
+        assert self.paper is not None
+        key = paper_prompt_key(self.config.instruction_role, self.config.shots)
+        messages = subject_messages(self.paper.inference_prompts[key], selection.messages, qa.question)
+        return BuiltPrompt(
+            name=f"paper:hicupid/{key}",
+            system="",
+            user="",
+            sha256=self.paper.sha256,
+            messages=tuple(messages),
+        )
+
+    def paper_judge_prompt(self, qa: HiCupidQA, answer: str, slot: Literal["A", "B"]) -> BuiltPrompt:
+        assert self.paper is not None
+        messages = judge_messages(self.paper.evaluation_prompts[qa.type], qa, answer, slot)
+        return BuiltPrompt(
+            name=f"paper:hicupid/evaluate/{qa.type}",
+            system="",
+            user="",
+            sha256=self.paper.sha256,
+            messages=tuple(messages),
+        )
+
     def subject_prompt(self, qa: HiCupidQA, selection: ContextSelection) -> BuiltPrompt:
+        if self.paper is not None:
+            return self.paper_subject_prompt(qa, selection)
         instruction_t = load_template(TEMPLATES["instruction"])
         parts = [instruction_t.user]
         used = [instruction_t]
@@ -267,47 +358,64 @@ class HiCupidBenchmark:
             schema_name=name,
         )
 
-    async def _judge_ab(self, steps: StepRunner, name: str, qa: HiCupidQA, answer: str, slot: str) -> str:
+    def judge_request(
+        self, qa: HiCupidQA, answer: str, slot: Literal["A", "B"] = "A"
+    ) -> tuple[PromptTemplate, dict[str, str], Callable[[str], Any]]:
+        """The judge's prompt, its values and its parser for ``qa`` (the A/B judge with the model's
+        answer in ``slot``, or the schedule judge), under the run's protocol."""
+        schedule_q = qa.type == "schedule"
+        if self.paper is not None:
+            parse_paper = parse_paper_schedule if schedule_q else parse_paper_ab
+            return self.paper_judge_prompt(qa, answer, slot), {}, parse_paper
+        if schedule_q:
+            schedule = qa.metadata.schedule
+            assert schedule is not None
+            fmt = load_template(TEMPLATES[f"format_schedule_{self.config.judge_format}"]).user
+            values = {
+                "output_format": fmt,
+                "schedule": f"{schedule.datetime}: {schedule.event}",
+                "question": qa.question,
+                "answer": answer,
+            }
+            return load_template(TEMPLATES["judge_schedule"]), values, parse_schedule_verdict
         fmt = load_template(TEMPLATES[f"format_ab_{self.config.judge_format}"]).user
         a, b = (answer, qa.personalized_answer) if slot == "A" else (qa.personalized_answer, answer)
-        verdict: str = await steps.call(
+        values = {
+            "output_format": fmt,
+            "user_info": user_info(qa),
+            "question": qa.question,
+            "answer_a": a,
+            "answer_b": b,
+        }
+        return load_template(TEMPLATES["judge_ab"]), values, parse_ab_verdict
+
+    async def _judge_call(
+        self, steps: StepRunner, name: str, qa: HiCupidQA, answer: str, slot: Literal["A", "B"]
+    ) -> Any:
+        template, values, parse = self.judge_request(qa, answer, slot)
+        schema, schema_name = (
+            (SCHEDULE_SCHEMA, "schedule_verdict") if qa.type == "schedule" else (AB_SCHEMA, "ab_verdict")
+        )
+        return await steps.call(
             name,
             role="judge",
             model=self.models.judge,
-            template=load_template(TEMPLATES["judge_ab"]),
-            values={
-                "output_format": fmt,
-                "user_info": user_info(qa),
-                "question": qa.question,
-                "answer_a": a,
-                "answer_b": b,
-            },
-            config=self._judge_config(AB_SCHEMA, "ab_verdict"),
-            parse=parse_ab_verdict,
+            template=template,
+            values=values,
+            config=self._judge_config(schema, schema_name),
+            parse=parse,
             reasks=self.config.reasks,
         )
+
+    async def _judge_ab(
+        self, steps: StepRunner, name: str, qa: HiCupidQA, answer: str, slot: Literal["A", "B"]
+    ) -> str:
+        verdict: str = await self._judge_call(steps, name, qa, answer, slot)
         return verdict
 
     async def judge(self, qa: HiCupidQA, steps: StepRunner, answer: str) -> dict[str, Any]:
         if qa.type == "schedule":
-            schedule = qa.metadata.schedule
-            assert schedule is not None
-            fmt = load_template(TEMPLATES[f"format_schedule_{self.config.judge_format}"]).user
-            yes: bool = await steps.call(
-                "judge",
-                role="judge",
-                model=self.models.judge,
-                template=load_template(TEMPLATES["judge_schedule"]),
-                values={
-                    "output_format": fmt,
-                    "schedule": f"{schedule.datetime}: {schedule.event}",
-                    "question": qa.question,
-                    "answer": answer,
-                },
-                config=self._judge_config(SCHEDULE_SCHEMA, "schedule_verdict"),
-                parse=parse_schedule_verdict,
-                reasks=self.config.reasks,
-            )
+            yes: bool = await self._judge_call(steps, "judge", qa, answer, "A")
             outcome: Outcome = "win" if yes else "loss"
             return {"verdict": "YES" if yes else "NO", "outcome": outcome, "order_inconsistent": None}
         if not self.config.both_orders:
@@ -322,13 +430,28 @@ class HiCupidBenchmark:
         outcome, flipped = combine_orders(outcome_for(va, "A"), outcome_for(vb, "B"))  # type: ignore[arg-type]
         return {"verdict": [va, vb], "model_slot": "both", "outcome": outcome, "order_inconsistent": flipped}
 
+    def history(self, qa: HiCupidQA) -> HiCupidHistory:
+        """The asker's history, in the official dialogue order under the paper protocol."""
+        history = self.dataset.history(qa.user_id)
+        return paper_history(history) if self.paper is not None else history
+
+    async def preview(
+        self, qa: HiCupidQA, answer: str, slot: Literal["A", "B"] | None = None
+    ) -> dict[str, list[Message]]:
+        """The exact messages this run would send for ``qa``: the subject's and, for ``answer``, the
+        judge's (the model's answer in ``slot``, by default where the run would put it). No calls."""
+        selection = await self.context.select(self.history(qa), qa)
+        subject = self.subject_prompt(qa, selection).render()
+        template, values, _ = self.judge_request(qa, answer, slot or model_slot(self.seed, qa.id))
+        return {"subject": subject, "judge": template.render(**values)}
+
     async def evaluate(
         self, qa: HiCupidQA, previous: Mapping[str, StepRecord] | None = None
     ) -> InstanceRecord:
         steps = StepRunner(previous)
         record = InstanceRecord(instance_id=qa.id, meta=self.meta(qa))
         try:
-            selection = await self.context.select(self.dataset.history(qa.user_id), qa)
+            selection = await self.context.select(self.history(qa), qa)
         except (ModelCallError, ParseError) as exc:
             steps.steps["context"] = StepRecord(role="context", status="error", error=str(exc))
             record.steps = steps.steps

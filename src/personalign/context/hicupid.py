@@ -33,6 +33,7 @@ from personalign.retrieval import (
     DenseIndex,
     Embedder,
     EmbeddingCache,
+    OkapiBM25Index,
     load_embedder,
 )
 from personalign.types import Message
@@ -40,6 +41,8 @@ from personalign.types_hicupid import HiCupidHistory, HiCupidQA
 
 Unit = Literal["utterance", "dialogue"]
 Method = Literal["bm25", "dense"]
+BM25Variant = Literal["lucene", "okapi"]
+BM25_VARIANTS: tuple[str, ...] = ("lucene", "okapi")
 PAPER_K: dict[str, tuple[int, ...]] = {"utterance": (5, 15, 25), "dialogue": (1, 3, 5)}
 
 
@@ -69,15 +72,24 @@ class ContextSelection:
 
 @dataclass(frozen=True)
 class ContextOptions:
-    """Settings shared by the strategies. ``embedder`` is part of a run's identity; the embedding
-    cache file and the number of per-user indexes kept in memory only change speed."""
+    """Settings shared by the strategies. ``embedder`` and ``bm25`` are part of a run's identity; the
+    embedding cache file and the number of per-user indexes kept in memory only change speed.
+
+    ``bm25``: ``lucene`` (bm25s over lower-cased words without stopwords; units sharing no query term
+    are not returned) or ``okapi`` (the paper's: rank_bm25's Okapi over whitespace tokens, always k).
+    """
 
     embedder: str = DEFAULT_EMBEDDER
     embedding_cache: Path | None = None
     max_cached_users: int = 256
+    bm25: BM25Variant = "lucene"
+
+    def __post_init__(self) -> None:
+        if self.bm25 not in BM25_VARIANTS:
+            raise ConfigError(f"unknown BM25 variant {self.bm25!r} (choose from {', '.join(BM25_VARIANTS)})")
 
     def to_record(self) -> dict[str, Any]:
-        return {"embedder": self.embedder}
+        return {"embedder": self.embedder, "bm25": self.bm25}
 
 
 class HistoryContext(Protocol):
@@ -88,6 +100,7 @@ class HistoryContext(Protocol):
 
 
 ContextFactory = Callable[[ContextOptions], HistoryContext]
+Index = BM25Index | OkapiBM25Index | DenseIndex
 
 
 # --- units -------------------------------------------------------------------------------------
@@ -172,13 +185,17 @@ class Retrieval:
     k: int
     options: ContextOptions = field(default_factory=ContextOptions)
     _embedder: Embedder | None = None
-    _indexes: OrderedDict[int, tuple[list[HistoryUnit], BM25Index | DenseIndex]] = field(
-        default_factory=OrderedDict
-    )
+    _indexes: OrderedDict[int, tuple[list[HistoryUnit], Index]] = field(default_factory=OrderedDict)
 
     @property
     def name(self) -> str:
         return f"{self.method}-{self.unit}-{self.k}"
+
+    @property
+    def label(self) -> str:
+        """The name plus the retriever variant (``bm25-dialogue-3 (okapi)``, ``dense-... (minilm)``)."""
+        variant = self.options.bm25 if self.method == "bm25" else self.options.embedder
+        return f"{self.name} ({variant})"
 
     def embedder(self) -> Embedder:
         if self._embedder is None:
@@ -188,14 +205,16 @@ class Retrieval:
             self._embedder = embedder
         return self._embedder
 
-    def index(self, history: HiCupidHistory) -> tuple[list[HistoryUnit], BM25Index | DenseIndex]:
+    def build_index(self, texts: list[str]) -> Index:
+        if self.method == "dense":
+            return DenseIndex(self.embedder(), texts)
+        return OkapiBM25Index(texts) if self.options.bm25 == "okapi" else BM25Index(texts)
+
+    def index(self, history: HiCupidHistory) -> tuple[list[HistoryUnit], Index]:
         cached = self._indexes.get(history.user_id)
         if cached is None:
             units = utterance_units(history) if self.unit == "utterance" else dialogue_units(history)
-            texts = [u.text for u in units]
-            index: BM25Index | DenseIndex = (
-                BM25Index(texts) if self.method == "bm25" else DenseIndex(self.embedder(), texts)
-            )
+            index = self.build_index([u.text for u in units])
             cached = self._indexes[history.user_id] = (units, index)
             while len(self._indexes) > max(1, self.options.max_cached_users):
                 self._indexes.popitem(last=False)

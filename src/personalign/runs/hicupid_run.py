@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from personalign.benchmarks import hicupid_protocol
 from personalign.benchmarks.hicupid import (
     SUBJECT_STEPS,
     HiCupidBenchmark,
@@ -16,6 +17,7 @@ from personalign.benchmarks.hicupid import (
     prompt_hashes,
     summarize,
 )
+from personalign.benchmarks.hicupid_protocol import PaperTexts, load_paper_texts
 from personalign.context.hicupid import ContextOptions, context_settings
 from personalign.data.hicupid import HiCupidDataset, describe_source, load_hicupid
 from personalign.errors import ConfigError
@@ -50,6 +52,7 @@ class HiCupidRunSettings:
     max_cost_usd: float | None = None
     prices: Path | None = None
     progress: bool = True
+    protocol_dir: Path | None = None  # a checkout of the upstream repository (--protocol paper)
 
     def __post_init__(self) -> None:
         bad = [s for s in self.splits if s not in QA_SPLITS]
@@ -91,15 +94,27 @@ def hicupid_identity(config: HiCupidConfig, source: str, sha256: str | None, see
     settings = context_settings(config.context, ContextOptions(embedder=config.embedder))
     if settings is not None:  # only strategies with settings beyond their name (identities stay stable)
         identity["context_settings"] = settings
+    if config.protocol == "paper":  # which official texts: repository, commit and every file's sha256
+        upstream = hicupid_protocol.SOURCE  # looked up at call time: tests substitute stand-in files
+        identity["protocol_source"] = {
+            "repo": upstream.repo,
+            "commit": upstream.commit,
+            "files": dict(sorted(upstream.files.items())),
+        }
     return identity
 
 
 def build_manifest(
-    config: HiCupidConfig, data: HiCupidDataset, settings: HiCupidRunSettings, factory: ModelFactory
+    config: HiCupidConfig,
+    data: HiCupidDataset,
+    settings: HiCupidRunSettings,
+    factory: ModelFactory,
+    paper: PaperTexts | None = None,
 ) -> dict[str, Any]:
     identity = hicupid_identity(config, data.source, data.sha256, settings.seed)
     return {
         "benchmark": "hicupid",
+        "protocol": config.protocol,
         "identity": identity,
         "identity_hash": identity_hash(identity),
         "config": config.to_record(),
@@ -111,7 +126,8 @@ def build_manifest(
             "n_questions": len(data.qa),
         },
         "selection": settings.selection(),
-        "prompts": prompt_hashes(),
+        "prompts": prompt_hashes() if paper is None else dict(paper.source.get("files", {})),
+        **({"protocol_source": dict(paper.source)} if paper is not None else {}),
         "seed": settings.seed,
         "max_cost_usd": settings.max_cost_usd,
         "prices": factory.prices.source,
@@ -134,7 +150,8 @@ def _package_versions() -> dict[str, str | None]:
 
 def default_run_dir(config: HiCupidConfig, identity: dict[str, Any], root: Path) -> Path:
     method = config.method.replace("/", "-")
-    return lifecycle.default_run_dir(root, "hicupid", config.subject, [config.context, method], identity)
+    parts = [config.context, method, *(["paper"] if config.protocol == "paper" else [])]
+    return lifecycle.default_run_dir(root, "hicupid", config.subject, parts, identity)
 
 
 HiCupidRunResult = RunResult
@@ -153,6 +170,7 @@ def write_summary(
     uses_default = EMBEDDED_DEFAULT in {config.subject, config.judge}
     summary = {
         "benchmark": "hicupid",
+        "protocol": config.protocol,
         "status": status,
         "finished": now(),
         "context": config.context,
@@ -211,7 +229,12 @@ def _benchmark(
     config: HiCupidConfig, dataset: HiCupidDataset, factory: ModelFactory, settings: HiCupidRunSettings
 ) -> HiCupidBenchmark:
     models = HiCupidModels(subject=factory.get(config.subject), judge=factory.get(config.judge))
-    return HiCupidBenchmark(config, models, dataset, settings.seed, embedding_cache_path(settings))
+    paper = (
+        load_paper_texts(settings.protocol_dir, hicupid_protocol.SOURCE)
+        if config.protocol == "paper"
+        else None
+    )
+    return HiCupidBenchmark(config, models, dataset, settings.seed, embedding_cache_path(settings), paper)
 
 
 def run_hicupid(
@@ -232,7 +255,7 @@ def run_hicupid(
     factory = factory or make_factory(settings)
     benchmark = _benchmark(config, dataset, factory, settings)
     benchmark.check(questions)
-    manifest = build_manifest(config, dataset, settings, factory)
+    manifest = build_manifest(config, dataset, settings, factory, benchmark.paper)
     run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
     open_run(run_dir, manifest)
     outcome = asyncio.run(_execute(benchmark, questions, run_dir, factory, settings))
@@ -282,7 +305,7 @@ def rescore_hicupid(
     settings = replace(settings, seed=seed)
     factory = factory or make_factory(settings)
     benchmark = _benchmark(config, dataset, factory, settings)
-    new_manifest = build_manifest(config, dataset, settings, factory)
+    new_manifest = build_manifest(config, dataset, settings, factory, benchmark.paper)
     new_manifest["selection"] = manifest.get("selection")
     new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
     run_dir = RunDir(settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}"))
