@@ -15,6 +15,7 @@ from personalign.data.hicupid import load_hicupid
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend
+from personalign.llm.types import BackendResponse
 from personalign.protocols import ProtocolError, UpstreamSource
 from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.runs.store import RunDir
@@ -323,3 +324,29 @@ def test_cli_protocol_show_and_a_paper_run(tmp_path: Path, checkout: Path) -> No
         app, [*run, "--protocol", "paper", "--run-dir", str(tmp_path / "q"), "--protocol-dir", str(tmp_path)]
     )
     assert out.exit_code == 2 and "protocol fetch hicupid" in out.output
+
+
+class Truncating(Recorder):
+    """Every subject answer comes back cut off at the token limit."""
+
+    def __call__(self, messages: Sequence[Message], config: GenerateConfig) -> str | BackendResponse:
+        text = super().__call__(messages, config)
+        if messages[-1].content.startswith(("AB judge", "Clash judge")):
+            return text
+        return BackendResponse(text=text, finish_reason="length")
+
+
+def test_a_truncated_answer_is_scored_under_paper_and_an_error_under_personalign(
+    tmp_path: Path, checkout: Path
+) -> None:
+    paper = _run(tmp_path, checkout, Truncating())
+    assert paper.summary["qa"]["n_errors"] == 0  # the official code scores the text it got
+    assert paper.summary["steps"]["answer"]["truncated"] == paper.summary["steps"]["answer"]["steps"] > 0
+    factory = ModelFactory(
+        cache=CallCache(tmp_path / "c2.sqlite"), backends={"scripted/m": ScriptedBackend(Truncating())}
+    )
+    cfg = HiCupidConfig.for_protocol("personalign", subject="scripted/m", judge="scripted/m")
+    settings = HiCupidRunSettings(run_dir=tmp_path / "own", cache_path=tmp_path / "c2.sqlite", progress=False)
+    own = run_hicupid(cfg, settings, factory=factory)
+    assert own.summary["qa"]["n_scored"] == 0
+    assert all("cut off at the token limit" in e for e in own.summary["qa"]["errors"].values())

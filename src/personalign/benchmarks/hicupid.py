@@ -448,7 +448,8 @@ class HiCupidBenchmark:
     async def evaluate(
         self, qa: HiCupidQA, previous: Mapping[str, StepRecord] | None = None
     ) -> InstanceRecord:
-        steps = StepRunner(previous)
+        # The paper's code scores whatever text came back; ours never scores a cut-off reply.
+        steps = StepRunner(previous, truncation="score" if self.config.protocol == "paper" else "error")
         record = InstanceRecord(instance_id=qa.id, meta=self.meta(qa))
         try:
             selection = await self.context.select(self.history(qa), qa)
