@@ -251,3 +251,15 @@ def test_the_judge_prompt_states_the_criterion_without_a_lenient_threshold() -> 
 
 def test_summarize_counts_categories_of_old_records_as_rule() -> None:
     assert summarize([])["categories"] == {"from_data": 0, "from_rule": 0, "rule_unplaced": 0}
+
+
+def test_reasoning_off_is_refused_at_the_start_for_a_model_that_cannot_turn_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalign.errors import ConfigError
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    config = replace(CONFIG, subject="openai/o4-mini", reasoning="off")
+    with pytest.raises(ConfigError, match="cannot turn reasoning off"):
+        run_benchpres(config, settings(tmp_path, limit=1))
+    assert not (tmp_path / "run").exists()

@@ -21,8 +21,8 @@ from personalign.benchmarks.benchpres import (
     summarize,
 )
 from personalign.data.benchpres import LoadedBenchPres, describe_source, load_benchpres
-from personalign.errors import ConfigError
-from personalign.llm import ModelFactory
+from personalign.errors import ConfigError, ModelCallError
+from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import lifecycle
 from personalign.runs.cupid_run import RunSettings
@@ -110,15 +110,23 @@ def default_run_dir(config: BenchPresConfig, identity: dict[str, Any], root: Pat
 
 
 def check_reasoning(config: BenchPresConfig, factory: ModelFactory) -> None:
-    """Refuse to label a run 'reasoning on' when the subject's backend cannot turn it on."""
-    if config.reasoning != "on":
+    """Refuse to label a run 'reasoning on' when the subject's backend cannot turn it on, and
+    a run 'reasoning off' whose requests the model's capability row refuses (o-series models
+    cannot turn reasoning off): better at the start than as an error on every response."""
+    if config.reasoning == "default":
         return
     backend = factory.get(config.subject).backend
-    if not getattr(backend, "supports_reasoning", False):
+    if config.reasoning == "on" and not getattr(backend, "supports_reasoning", False):
         raise ConfigError(
             f"--reasoning on: the backend of {config.subject} cannot turn reasoning on "
             "(local models cannot; for OpenAI-compatible servers set ?reasoning_param=...)"
         )
+    payload = getattr(backend, "payload", None)
+    if callable(payload):
+        try:
+            payload([], GenerateConfig(reasoning=config.reasoning == "on"))
+        except ModelCallError as exc:
+            raise ConfigError(f"--reasoning {config.reasoning}: {exc}") from None
 
 
 def write_summary(
