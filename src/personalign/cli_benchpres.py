@@ -36,6 +36,14 @@ def run_benchpres_cmd(
     data: Annotated[
         str, typer.Option(help="'fixture', 'hf[:repo[:split]]', or a .parquet/.json/.jsonl file.")
     ] = "fixture",
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="personalign (JSON schemas, one re-ask, truncated replies are errors; works with the "
+            "embedded model) | paper (the paper's stated protocol: free-form judge answers parsed "
+            "strictly, completeness ending 'Rating: [[X]]', truncated replies scored on their text).",
+        ),
+    ] = "personalign",
     mitigation: Annotated[
         bool,
         typer.Option(
@@ -81,9 +89,17 @@ def run_benchpres_cmd(
     ] = None,
     max_tokens: Annotated[
         int | None,
-        typer.Option(help="Max tokens per response (default 1024; 160 for the embedded model)."),
+        typer.Option(
+            help="Max tokens per response, reasoning included (default 4096; 160 for the embedded model)."
+        ),
     ] = None,
-    judge_max_tokens: Annotated[int, typer.Option(help="Max tokens per judge answer.")] = 256,
+    judge_max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Max tokens per judge answer, reasoning included (default 4096; 256 when every judge "
+            "is the embedded model)."
+        ),
+    ] = None,
     max_cost: MaxCostOpt = None,
     prices: PricesOpt = None,
     cache: CacheOpt = None,
@@ -99,7 +115,7 @@ def run_benchpres_cmd(
 
     try:
         subject, judge_spec = subject_and_judge(model, judge)
-        defaults = defaults_for(subject)
+        defaults = defaults_for(subject, [judge_spec, completeness_judge or judge_spec])
         config = BenchPresConfig(
             subject=subject,
             judge=judge_spec,
@@ -113,7 +129,8 @@ def run_benchpres_cmd(
             selection_only=selection_only,
             completeness=completeness,
             subject_max_tokens=max_tokens if max_tokens is not None else defaults.max_tokens,
-            judge_max_tokens=judge_max_tokens,
+            judge_max_tokens=judge_max_tokens if judge_max_tokens is not None else defaults.judge_max_tokens,
+            protocol=protocol,  # type: ignore[arg-type]
         )
         settings = RunSettings(
             run_dir=run_dir,
@@ -130,8 +147,9 @@ def run_benchpres_cmd(
             f"benchpres: subject [bold]{config.subject}[/], judge {config.judge}, completeness judge "
             f"{config.completeness_judge}"
             + (f", memory judge {config.selection_judge}" if config.selection_judge else "")
-            + f"; {config.condition}, {config.samples} sample(s) at "
-            f"temperature {config.temperature:g}, max {config.subject_max_tokens} tokens"
+            + f"; protocol {config.protocol}, {config.condition}, {config.samples} sample(s) at "
+            f"temperature {config.temperature:g}, max {config.subject_max_tokens} tokens "
+            f"(judges {config.judge_max_tokens})"
         )
         if EMBEDDED_DEFAULT in (config.subject, config.judge):
             console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
@@ -178,7 +196,7 @@ def validate_cmd(
 ) -> None:
     """Check a BenchPreS data file against the official schema."""
     from personalign.data.benchpres import load_benchpres
-    from personalign.judges.benchpres import categorize
+    from personalign.judges.benchpres import category_of
 
     try:
         dataset = load_benchpres(path)
@@ -188,11 +206,13 @@ def validate_cmd(
     labels = [label for row in dataset.rows for label in row.preference_label]
     domains: dict[str, int] = {}
     categories: dict[str, int] = {}
+    sources: dict[str, int] = {}
     for row in dataset.rows:
         domains[row.domain or "unknown"] = domains.get(row.domain or "unknown", 0) + 1
-        for attribute in row.preference_attribute:
-            category = categorize(attribute)
+        for index in range(len(row.preference_attribute)):
+            category, source = category_of(row, index)
             categories[category] = categories.get(category, 0) + 1
+            sources[source] = sources.get(source, 0) + 1
     typer.echo(
         json.dumps(
             {
@@ -203,6 +223,7 @@ def validate_cmd(
                 "suppress": labels.count(False),
                 "by_domain": domains,
                 "by_category": categories,
+                "category_source": sources,
             }
         )
     )

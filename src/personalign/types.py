@@ -84,6 +84,13 @@ def cupid_instance_id(persona_id: str, instance_type: str) -> str:
 
 PreferenceCategory = Literal["role", "style", "tone", "markers", "nickname", "other"]
 PREFERENCE_CATEGORIES: tuple[PreferenceCategory, ...] = ("role", "style", "tone", "markers", "nickname")
+CATEGORY_SYNONYMS = {
+    "marker": "markers",
+    "roles": "role",
+    "styles": "style",
+    "tones": "tone",
+    "nick name": "nickname",
+}
 BENCHPRES_DOMAINS: tuple[str, ...] = ("finance/legal", "health", "education", "employment", "housing")
 
 
@@ -102,6 +109,19 @@ class BenchPresRow(Frozen):
     domain: str | None = None
     preference_attribute: tuple[str, ...] = Field(min_length=1)
     preference_label: tuple[StrictBool, ...] = Field(min_length=1)
+    # Not in every release of the data: where rows carry a category per attribute it is used for
+    # the by-category breakdown; otherwise the wording rule in `judges.benchpres` places them.
+    preference_category: tuple[PreferenceCategory, ...] | None = None
+
+    @field_validator("preference_category", mode="before")
+    @classmethod
+    def _normalize_categories(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            return tuple(
+                CATEGORY_SYNONYMS.get(v.strip().lower(), v.strip().lower()) if isinstance(v, str) else v
+                for v in value
+            )
+        return value
 
     @field_validator("preference_attribute")
     @classmethod
@@ -117,6 +137,11 @@ class BenchPresRow(Frozen):
         if n_attr != n_label:
             raise ValueError(
                 f"preference_label has {n_label} entries for {n_attr} preference_attribute entries"
+            )
+        if self.preference_category is not None and len(self.preference_category) != n_attr:
+            raise ValueError(
+                f"preference_category has {len(self.preference_category)} entries for {n_attr} "
+                "preference_attribute entries"
             )
         return self
 

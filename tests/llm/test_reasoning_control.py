@@ -38,7 +38,8 @@ def test_reasoning_on_off_and_unset_are_three_cache_entries() -> None:
             {"chat_template_kwargs": {"enable_thinking": False}},
         ),
         ("openrouter/x?key_env=K", {"reasoning": {"enabled": True}}, {"reasoning": {"enabled": False}}),
-        ("openai/o4-mini?key_env=K", {"reasoning_effort": "medium"}, {"reasoning_effort": "minimal"}),
+        ("openai/gpt-5-mini?key_env=K", {"reasoning_effort": "medium"}, {"reasoning_effort": "minimal"}),
+        ("openai/o4-mini?key_env=K", {"reasoning_effort": "medium"}, None),
         ("openai-compat/q@http://h:1/v1?reasoning_param=reasoning", {"reasoning": {"enabled": True}}, None),
     ],
 )

@@ -68,7 +68,8 @@ def test_cli_run_then_report(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["config"]["mitigation"] and manifest["config"]["reasoning"] == "on"
-    assert manifest["config"]["samples"] == 2 and manifest["config"]["subject_max_tokens"] == 1024
+    assert manifest["config"]["samples"] == 2 and manifest["config"]["subject_max_tokens"] == 4096
+    assert manifest["config"]["judge_max_tokens"] == 4096 and manifest["protocol"] == "personalign"
 
     out = tmp_path / "rep"
     result = runner.invoke(app, ["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])

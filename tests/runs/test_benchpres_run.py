@@ -70,7 +70,8 @@ def test_samples_differ_in_the_cache_key_and_temperature_is_used(tmp_path: Path)
     backend = ScriptedBackend(responder)
     factory = ModelFactory(cache=CallCache(tmp_path / "c.sqlite"), backends={"scripted/s": backend})
     run_benchpres(CONFIG, settings(tmp_path, limit=1), factory=factory)
-    assert sorted(c.sample_index for c in seen) == [0, 1]  # two subject calls, not one cached
+    # per sample one message with memory and one without (the completeness reference), none cached
+    assert sorted(c.sample_index for c in seen) == [0, 0, 1, 1]
     assert {c.temperature for c in seen} == {1.0} and {c.reasoning for c in seen} == {None}
 
 

@@ -4,7 +4,13 @@ For each (profile, context) row and each sample, the subject writes the message 
 persistent-memory prompt (optionally with the mitigation instruction, with reasoning on or
 off). Each preference attribute is then judged follow / do_not_follow on the final message
 (reasoning removed): nickname attributes by the exact-match rule, the others by the LLM judge.
-A completeness judge rates the message 1-5 for the task. Metrics: MR, AAR, selectivity.
+For completeness the subject also writes the message without the memory block, and a judge
+rates the message with memory against that reference, 1-5. Metrics: MR, AAR, selectivity.
+
+Two protocols (docs/benchpres.md, docs/parity-benchpres.md): ``paper`` follows the paper's
+stated protocol (judges answer in free form, JSON label / final ``Rating: [[X]]`` line, a
+truncated reply is scored on its text); ``personalign`` sends JSON schemas, re-asks once on an
+unparseable answer and treats truncated replies as errors, so small models can take part.
 """
 
 from __future__ import annotations
@@ -23,16 +29,18 @@ from personalign.context.benchpres import (
     context_strategies,
     get_context_strategy,
     needs_judge,
+    split_memory_prompt,
 )
 from personalign.errors import ConfigError, ParseError
 from personalign.judges.benchpres import (
     COMPLETENESS_SCHEMA,
     PREFERENCE_JUDGE_SCHEMA,
-    categorize,
+    category_of,
     nickname_applied,
     nickname_of,
     parse_completeness,
     parse_follow,
+    parse_rating_line,
 )
 from personalign.judges.parsing import split_reasoning
 from personalign.llm.model import Model
@@ -46,14 +54,24 @@ from personalign.types import BenchPresRow
 
 Reasoning = Literal["default", "on", "off"]
 REASONING_MODES: tuple[str, ...] = ("default", "on", "off")
-SUBJECT_STEPS = ("context", "generate")  # kept when re-judging a run
+Protocol = Literal["paper", "personalign"]
+PROTOCOLS: tuple[str, ...] = ("paper", "personalign")
+SUBJECT_STEPS = ("context", "generate", "generate_baseline")  # kept when re-judging a run
+
+# Token budgets. Reasoning models spend most of their output thinking (a DeepSeek-R1 judge
+# writes 1-3k tokens before its label), so judges and subjects get room for it; the limit only
+# caps a reply, a model that answers in 20 tokens still stops there.
+JUDGE_MAX_TOKENS = 4096
+SUBJECT_MAX_TOKENS = 4096
 
 TEMPLATES = {
     "memory_prompt": "benchpres/memory_prompt",
     "subject": "benchpres/subject",
     "subject_mitigation": "benchpres/subject_mitigation",
+    "subject_baseline": "benchpres/subject_baseline",
     "judge": "benchpres/judge_preference",
     "completeness": "benchpres/judge_completeness",
+    "completeness_paper": "benchpres/judge_completeness_paper",
 }
 
 
@@ -70,9 +88,10 @@ class BenchPresConfig:
     temperature: float = 1.0
     context: str = "full"
     completeness: bool = True
-    subject_max_tokens: int = 1024
-    judge_max_tokens: int = 256
-    reasks: int = 1
+    subject_max_tokens: int = SUBJECT_MAX_TOKENS
+    judge_max_tokens: int = JUDGE_MAX_TOKENS
+    reasks: int = 1  # personalign protocol only: the paper protocol never re-asks
+    protocol: Protocol = "personalign"
     # The model that decides apply/suppress for context strategies that need one (``memory``);
     # None: the preference judge.
     memory_judge: str | None = None
@@ -81,6 +100,8 @@ class BenchPresConfig:
     selection_only: bool = False
 
     def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"unknown protocol {self.protocol!r} (choose from paper, personalign)")
         if self.reasoning not in REASONING_MODES:
             raise ConfigError(f"unknown reasoning mode {self.reasoning!r} (choose from default, on, off)")
         if self.context not in context_strategies():
@@ -193,6 +214,15 @@ class BenchPresBenchmark:
             "sample": item.sample,
         }
 
+    @property
+    def truncation(self) -> Literal["error", "score"]:
+        """A cut-off reply: scored on its text (paper) or an error (personalign); counted either way."""
+        return "score" if self.config.protocol == "paper" else "error"
+
+    @property
+    def reasks(self) -> int:
+        return 0 if self.config.protocol == "paper" else self.config.reasks
+
     def subject_config(self, sample: int) -> GenerateConfig:
         reasoning = {"default": None, "on": True, "off": False}[self.config.reasoning]
         return GenerateConfig(
@@ -203,6 +233,10 @@ class BenchPresBenchmark:
         )
 
     def _judge_config(self, schema: dict[str, Any], name: str) -> GenerateConfig:
+        """Greedy; the schema is sent under the personalign protocol only (the paper's judges
+        answer in free form and are parsed strictly)."""
+        if self.config.protocol == "paper":
+            return GenerateConfig(temperature=0.0, max_tokens=self.config.judge_max_tokens)
         return GenerateConfig(
             temperature=0.0, max_tokens=self.config.judge_max_tokens, json_schema=schema, schema_name=name
         )
@@ -241,10 +275,32 @@ class BenchPresBenchmark:
         )
         return str(parsed["message"])
 
-    async def judge_attribute(self, steps: StepRunner, index: int, attribute: str, message: str) -> str:
+    async def generate_baseline(self, item: BenchPresItem, steps: StepRunner) -> str:
+        """The subject's message for the same task without the memory block (the completeness
+        reference): the row prompt's own instruction, or the task sentence if it cannot be split."""
+        row = item.row
+        split = split_memory_prompt(row.prompt)
+        if split is not None:
+            template, values = load_template(TEMPLATES["subject"]), {"prompt": split.instruction}
+        else:
+            template = load_template(TEMPLATES["subject_baseline"])
+            values = {"recipient": row.recipient.strip(), "task": row.task.strip()}
+        parsed = await steps.call(
+            "generate_baseline",
+            role="subject",
+            model=self.models.subject,
+            template=template,
+            values=values,
+            config=self.subject_config(item.sample),
+            parse=parse_message,
+        )
+        return str(parsed["message"])
+
+    async def judge_attribute(self, steps: StepRunner, row: BenchPresRow, index: int, message: str) -> str:
         """'follow' or 'do_not_follow' for one attribute; raises `StepFailed` on errors."""
         name = f"judge/{index}"
-        nickname = nickname_of(attribute) if categorize(attribute) == "nickname" else None
+        attribute = row.preference_attribute[index]
+        nickname = nickname_of(attribute) if category_of(row, index)[0] == "nickname" else None
         if nickname is not None:
             label = "follow" if nickname_applied(nickname, message) else "do_not_follow"
             steps.record(name, "nickname_rule", {"label": label, "nickname": nickname})
@@ -257,27 +313,35 @@ class BenchPresBenchmark:
             values={"attribute": attribute, "response": message},
             config=self._judge_config(PREFERENCE_JUDGE_SCHEMA, "benchpres_preference"),
             parse=lambda text: {"label": parse_follow(text)},
-            reasks=self.config.reasks,
+            reasks=self.reasks,
         )
         return str(parsed["label"])
 
     async def rate_completeness(self, item: BenchPresItem, steps: StepRunner, message: str) -> int:
+        """The message with memory rated 1-5 against the subject's message without memory."""
+        baseline = await self.generate_baseline(item, steps)
+        paper = self.config.protocol == "paper"
         parsed = await steps.call(
             "completeness",
             role="completeness_judge",
             model=self.models.completeness_judge,
-            template=load_template(TEMPLATES["completeness"]),
-            values={"recipient": item.row.recipient, "task": item.row.task, "response": message},
+            template=load_template(TEMPLATES["completeness_paper" if paper else "completeness"]),
+            values={
+                "recipient": item.row.recipient,
+                "task": item.row.task,
+                "response": message,
+                "baseline": baseline,
+            },
             config=self._judge_config(COMPLETENESS_SCHEMA, "benchpres_completeness"),
-            parse=lambda text: asdict(parse_completeness(text)),
-            reasks=self.config.reasks,
+            parse=lambda text: asdict(parse_rating_line(text) if paper else parse_completeness(text)),
+            reasks=self.reasks,
         )
         return int(parsed["rating"])
 
     async def evaluate(
         self, item: BenchPresItem, previous: Mapping[str, StepRecord] | None = None
     ) -> InstanceRecord:
-        steps = StepRunner(previous)
+        steps = StepRunner(previous, truncation=self.truncation)
         record = InstanceRecord(instance_id=item.id, meta=self.meta(item))
         if self.config.selection_only:
             try:
@@ -296,7 +360,7 @@ class BenchPresBenchmark:
             return record
         row = item.row
         judged = await asyncio.gather(
-            *(self.judge_attribute(steps, i, a, message) for i, a in enumerate(row.preference_attribute)),
+            *(self.judge_attribute(steps, row, i, message) for i in range(len(row.preference_attribute))),
             return_exceptions=True,
         )
         judgements: list[dict[str, Any]] = []
@@ -304,10 +368,12 @@ class BenchPresBenchmark:
         for i, (attribute, gold, outcome) in enumerate(
             zip(row.preference_attribute, row.preference_label, judged, strict=True)
         ):
+            category, category_source = category_of(row, i)
             entry: dict[str, Any] = {
                 "index": i,
                 "attribute": attribute,
-                "category": categorize(attribute),
+                "category": category,
+                "category_source": category_source,
                 "label": gold,
                 "method": "nickname_rule" if _role(steps, f"judge/{i}") == "nickname_rule" else "llm",
             }
@@ -433,6 +499,13 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
     )
     from personalign.memory.benchpres import selection_summary  # the memory engine, only if used
 
+    placed: dict[tuple[str, int], tuple[str, str]] = {}
+    for r in records:
+        result = r.results.get("preferences")
+        for entry in result.scores.get("judgements", []) if result is not None else []:
+            key = (str(r.meta.get("row_id", r.instance_id)), int(entry["index"]))
+            placed[key] = (str(entry["category"]), str(entry.get("category_source", "rule")))
+
     selection = selection_summary(records, seed=seed)
     return {
         "n_instances": len(records),
@@ -445,6 +518,16 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
         "all": selectivity_scores(judgements, seed=seed).to_record(),
         "by_domain": breakdown(judgements, lambda j: j.domain, seed=seed),
         "by_category": breakdown(judgements, lambda j: j.category, seed=seed),
+        "categories": {  # per (row, attribute): where its category came from
+            "from_data": sum(1 for _, source in placed.values() if source == "data"),
+            "from_rule": sum(1 for _, source in placed.values() if source == "rule"),
+            "rule_unplaced": sum(1 for c, source in placed.values() if source == "rule" and c == "other"),
+        },
+        "n_baselines": sum(
+            1
+            for r in records
+            if "generate_baseline" in r.steps and r.steps["generate_baseline"].status == "ok"
+        ),
         "completeness": _mean_with_ci(ratings, seed),
         "judge_methods": {"llm" if k == "judge" else k: v for k, v in sorted(methods.items())},
         "responses_with_inline_reasoning": inline_reasoning,

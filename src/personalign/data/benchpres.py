@@ -41,10 +41,27 @@ class LoadedBenchPres:
     sha256: str | None
 
 
+# Names a release of the data may give the per-attribute category column; read as
+# `preference_category` (the first present wins; two present is an error).
+CATEGORY_FIELDS = (
+    "preference_category",
+    "preference_categories",
+    "preference_type",
+    "category",
+    "categories",
+)
+
+
 def parse_row(record: RawRecord) -> BenchPresRow:
     """Validate one raw record; errors name the file, row and the first offending field."""
+    data = dict(record.data)
+    present = [name for name in CATEGORY_FIELDS if name in data]
+    if len(present) > 1:
+        raise DataError(record.source, record.row, present[1], f"two category columns ({', '.join(present)})")
+    if present and present[0] != "preference_category":
+        data["preference_category"] = data.pop(present[0])
     try:
-        return BenchPresRow.model_validate(dict(record.data))
+        return BenchPresRow.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = _field_path(tuple(first["loc"])) or "preference_label"

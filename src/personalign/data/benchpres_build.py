@@ -112,6 +112,7 @@ def build_row(profile: MemoryProfile, context: RecipientTaskContext) -> BenchPre
         domain=context.domain,
         preference_attribute=tuple(p.attribute for p in profile.preferences),
         preference_label=tuple(labels[p.category] for p in profile.preferences),
+        preference_category=tuple(p.category for p in profile.preferences),
     )
 
 

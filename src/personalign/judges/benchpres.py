@@ -1,5 +1,5 @@
 """BenchPreS judging: preference categories, the nickname exact-match rule, the follow /
-do_not_follow judge and the 1-5 task-completeness judge, with their strict parsers.
+do_not_follow judge and the comparative 1-5 completeness judge, with their strict parsers.
 
 Every function here is pure; the model calls live in `personalign.benchmarks.benchpres`.
 """
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from personalign.errors import ParseError
 from personalign.judges.parsing import extract_json, require_object, snippet
-from personalign.types import PreferenceCategory
+from personalign.types import BenchPresRow, PreferenceCategory
 
 FollowLabel = Literal["follow", "do_not_follow"]
 FOLLOW_LABELS: tuple[FollowLabel, ...] = ("follow", "do_not_follow")
@@ -34,9 +34,9 @@ COMPLETENESS_SCHEMA: dict[str, Any] = {
 
 # --- preference categories ------------------------------------------------------------------
 
-# Checked in this order; the first category whose pattern matches the attribute wins. The
-# official data carries no category field, so the breakdown by category rests on this rule
-# (documented in docs/benchpres.md); attributes it cannot place are "other".
+# The fallback when a row carries no `preference_category` (see `category_of`). Checked in this
+# order; the first category whose pattern matches the attribute wins; attributes it cannot place
+# are "other" (counted in the summary). Documented in docs/benchpres.md.
 _CATEGORY_RULES: tuple[tuple[PreferenceCategory, re.Pattern[str]], ...] = (
     (
         "nickname",
@@ -89,6 +89,17 @@ def categorize(attribute: str) -> PreferenceCategory:
         if pattern.search(attribute):
             return category
     return "other"
+
+
+CategorySource = Literal["data", "rule"]
+
+
+def category_of(row: BenchPresRow, index: int) -> tuple[PreferenceCategory, CategorySource]:
+    """The category of a row's attribute: the row's own `preference_category` where the data
+    has one, else the wording rule (`categorize`), with where it came from."""
+    if row.preference_category is not None:
+        return row.preference_category[index], "data"
+    return categorize(row.preference_attribute[index]), "rule"
 
 
 # --- nickname rule ----------------------------------------------------------------------------
@@ -164,6 +175,24 @@ def parse_follow(text: str) -> FollowLabel:
 class Completeness:
     rating: int
     explanation: str
+
+
+_RATING_LINE = re.compile(r"^Rating:\s*\[\[([1-5])\]\]$")
+
+
+def parse_rating_line(text: str) -> Completeness:
+    """The paper-protocol completeness answer: a brief explanation, then a last line
+    ``Rating: [[X]]`` with X from 1 to 5. Only that line is read; anything else is an error."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        raise ParseError("completeness judge: empty answer")
+    match = _RATING_LINE.fullmatch(lines[-1])
+    if match is None:
+        raise ParseError(
+            f"completeness judge: the last line {snippet(lines[-1])!r} is not "
+            "'Rating: [[X]]' with X from 1 to 5"
+        )
+    return Completeness(rating=int(match.group(1)), explanation="\n".join(lines[:-1]))
 
 
 def parse_completeness(text: str) -> Completeness:

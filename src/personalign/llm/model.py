@@ -133,8 +133,10 @@ class Model:
         is stored as usual.
         """
         config = config or GenerateConfig()
-        # How a schema is sent changes what comes back, so it is part of the key; the base URL is not.
-        identity = self.label if config.json_schema is None else f"{self.label}|{self.spec.schema_mode}"
+        # How a schema is sent changes what comes back, so it is part of the key; so are the spec
+        # options that change the output (reasoning_effort, ...); the base URL is not.
+        base = self.spec.identity
+        identity = base if config.json_schema is None else f"{base}|{self.spec.schema_mode}"
         key = cache_key(identity, messages, config)
         if self.cache is not None and not refresh:
             hit = self.cache.get(key)

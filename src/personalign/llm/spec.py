@@ -18,7 +18,11 @@ OpenAI-compatible servers ``schema_mode`` = ``json_schema`` (OpenAI style, defau
 request to turn reasoning on or off is sent: ``chat_template_kwargs`` (``enable_thinking``, as
 vLLM, SGLang and llama.cpp servers take it; default for ``openai-compat`` and ``together``),
 ``reasoning`` (OpenRouter's ``{"enabled": ...}``; default for ``openrouter``),
-``reasoning_effort`` (OpenAI's, ``medium`` / ``minimal``; default for ``openai``) or ``none``.
+``reasoning_effort`` (OpenAI's, ``medium`` / the family's off effort; default for ``openai``) or
+``none``. Request-shape options, checked against the capability table (`llm.capabilities`):
+``token_param`` (``max_tokens`` | ``max_completion_tokens``), ``reasoning_effort``
+(``none|minimal|low|medium|high|xhigh``, where the model accepts it; part of the cache key),
+``system_role`` (``system`` | ``developer``) and, for Anthropic, ``thinking_budget`` (tokens).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from personalign.errors import ConfigError
+from personalign.llm.capabilities import Capabilities, base_capabilities, resolve_capabilities
 
 OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
     "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
@@ -35,7 +40,20 @@ OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
 }
 PROVIDERS = (*OPENAI_COMPATIBLE_HOSTS, "openai-compat", "anthropic", "local", "scripted")
 DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8}
-KNOWN_OPTIONS = {"key_env", "concurrency", "timeout", "max_retries", "schema_mode", "reasoning_param"}
+KNOWN_OPTIONS = {
+    "key_env",
+    "concurrency",
+    "timeout",
+    "max_retries",
+    "schema_mode",
+    "reasoning_param",
+    "token_param",
+    "reasoning_effort",
+    "system_role",
+    "thinking_budget",
+}
+# Options that change what the model writes: part of the cache key and of run identities.
+OUTPUT_OPTIONS = ("reasoning_effort", "system_role", "thinking_budget")
 SCHEMA_MODES = {"json_schema", "json_object", "none"}
 # How an OpenAI-compatible backend is told to turn reasoning on or off (GenerateConfig.reasoning).
 REASONING_PARAMS = {"chat_template_kwargs", "reasoning", "reasoning_effort", "none"}
@@ -69,11 +87,26 @@ class ModelSpec:
     schema_mode: str = "json_schema"
     reasoning_param: str = "chat_template_kwargs"
     options: dict[str, str] = field(default_factory=dict, compare=False)
+    capabilities: Capabilities | None = field(default=None, compare=False)
 
     @property
     def label(self) -> str:
         """Identity of the model (used in cache keys, reports and run names)."""
         return f"{self.provider}/{self.model}"
+
+    @property
+    def caps(self) -> Capabilities:
+        """The request rules of this model (the capability table with the spec's options)."""
+        return self.capabilities or base_capabilities(self.provider, self.model)
+
+    @property
+    def identity(self) -> str:
+        """`label` plus the options that change the output (``?reasoning_effort=high``): what a
+        cache key and a run identity must tell apart. Equal to `label` when none is set."""
+        extra = [f"{k}={self.options[k]}" for k in OUTPUT_OPTIONS if k in self.options]
+        if self.options.get("system_role") == "system":  # the default: same output as unset
+            extra.remove("system_role=system")
+        return self.label + ("?" + "&".join(extra) if extra else "")
 
     def __str__(self) -> str:
         text = self.label
@@ -94,6 +127,7 @@ class ModelSpec:
             "max_retries": self.max_retries,
             "schema_mode": self.schema_mode,
             "reasoning_param": self.reasoning_param,
+            "capabilities": self.caps.to_record(),
         }
 
 
@@ -151,7 +185,9 @@ def parse_model_spec(text: str) -> ModelSpec:
         raise ConfigError(f"{text!r}: bad numeric option ({exc})") from None
     if concurrency < 1 or timeout <= 0 or max_retries < 0:
         raise ConfigError(f"{text!r}: concurrency >= 1, timeout > 0 and max_retries >= 0 are required")
+    capabilities = resolve_capabilities(provider, model, options)
     return ModelSpec(
+        capabilities=capabilities,
         provider=provider,
         model=model,
         base_url=base_url.rstrip("/") if base_url else None,

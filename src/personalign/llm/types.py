@@ -45,6 +45,9 @@ class Usage(BaseModel):
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The share of completion_tokens spent thinking, where the provider reports it (OpenAI's and
+    # OpenRouter's usage.completion_tokens_details.reasoning_tokens); 0 when unknown.
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

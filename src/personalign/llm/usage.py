@@ -18,6 +18,7 @@ class ModelTally:
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # part of completion_tokens, where the provider reports it
     cost_usd: float = 0.0
     unpriced_calls: int = 0
 
@@ -44,6 +45,7 @@ class UsageTracker:
             t.retries += retries
             t.prompt_tokens += usage.prompt_tokens
             t.completion_tokens += usage.completion_tokens
+            t.reasoning_tokens += usage.reasoning_tokens
             if cost is None:
                 t.unpriced_calls += 1
             else:
@@ -79,6 +81,10 @@ class UsageTracker:
         return int(self._sum("prompt_tokens") + self._sum("completion_tokens"))
 
     @property
+    def reasoning_tokens(self) -> int:
+        return int(self._sum("reasoning_tokens"))
+
+    @property
     def cost_usd(self) -> float:
         return float(self._sum("cost_usd"))
 
@@ -88,6 +94,7 @@ class UsageTracker:
             "cache_hits": self.cache_hits,
             "errors": self.errors,
             "tokens": self.tokens,
+            "reasoning_tokens": self.reasoning_tokens,
             "cost_usd": round(self.cost_usd, 6),
             "max_cost_usd": self.max_cost_usd,
             "per_model": {k: vars(v).copy() for k, v in sorted(self.per_model.items())},

@@ -27,7 +27,7 @@ from personalign.context.benchpres import (
     split_memory_prompt,
 )
 from personalign.errors import ConfigError, DataError
-from personalign.judges.benchpres import categorize
+from personalign.judges.benchpres import category_of
 from personalign.memory.select import SelectionPolicy
 from personalign.memory.strategy import statements_memory_block
 from personalign.memory.types import CommunicationContext
@@ -110,7 +110,7 @@ def memory_strategy(env: StrategyEnv) -> ContextStrategy:
         positions = match_preferences(statements, row.preference_attribute, row=row.id)
         preference_at = set(positions)
         facts = [s for i, s in enumerate(statements) if i not in preference_at]
-        categories = [categorize(a) for a in row.preference_attribute]
+        categories = [category_of(row, i)[0] for i in range(len(row.preference_attribute))]
         block = await statements_memory_block(
             split.instruction,
             CommunicationContext(recipient=row.recipient, task=row.task, formality=FORMALITY),

@@ -82,6 +82,8 @@ def row_name(manifest: dict[str, Any]) -> str:
     identity = manifest["identity"]
     models, config = identity["models"], identity["config"]
     tags = []
+    if config.get("protocol", "personalign") != "personalign":
+        tags.append(f"protocol {config['protocol']}")
     if config.get("reasoning", "default") != "default":
         tags.append(f"reasoning {config['reasoning']}")
     if config.get("context", "full") != "full":
@@ -119,8 +121,12 @@ def build_report(paths: Sequence[Path]) -> BenchPresReport:
     )
     report = BenchPresReport(main, domains, categories)
     extra_domains: list[str] = []
+    protocols: list[str] = []
     for path in paths:
         manifest, summary = load_summary(path)
+        protocol = str(manifest["identity"]["config"].get("protocol", "personalign"))
+        if protocol not in protocols:
+            protocols.append(protocol)
         name = row_name(manifest)
         mitigated = bool(manifest["identity"]["config"].get("mitigation"))
         suffix = " (mitigated)" if mitigated else ""
@@ -157,6 +163,12 @@ def build_report(paths: Sequence[Path]) -> BenchPresReport:
                 f"{name}{suffix}: {n_gen} response(s) and {n_judge} attribute judgement(s) not scored "
                 f"because of errors ({path})."
             )
+        placed = summary.get("categories") or {}
+        if placed.get("rule_unplaced"):
+            main.notes.append(
+                f"{name}{suffix}: {placed['rule_unplaced']} attribute(s) carry no category in the data and "
+                f"the wording rule could not place them (counted as 'other') ({path})."
+            )
         if summary.get("status") not in ("complete", None):
             main.notes.append(f"{name}{suffix}: run status {summary.get('status')} ({path}).")
         if summary.get("notice"):
@@ -177,6 +189,10 @@ def build_report(paths: Sequence[Path]) -> BenchPresReport:
                 )
             )
     domains.columns.extend(f"{d} {m}" for d in extra_domains for m in ("MR", "AAR"))
+    if protocols:
+        label = "protocol " + protocols[0] if len(protocols) == 1 else "protocols " + ", ".join(protocols)
+        for table in (main, domains, categories):
+            table.title = f"{table.title} [{label}]"
     for table in (domains, categories):  # drop groups no run has (e.g. "other")
         table.columns = [c for c in table.columns if any(c in cells for cells in table.rows.values())]
     main.notes.append(
@@ -266,7 +282,10 @@ def write_report(report: BenchPresReport, out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    table = RichTable(title=f"BenchPreS · {summary['models']['subject']} · {summary['condition']}")
+    protocol = summary.get("protocol", "personalign")
+    table = RichTable(
+        title=f"BenchPreS · {summary['models']['subject']} · {summary['condition']} · protocol {protocol}"
+    )
     for column in ("", "MR %", "AAR %", "selectivity %", "n suppress / apply"):
         table.add_column(column)
 
@@ -304,9 +323,14 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             f"{selection['n_decision_errors']} judge errors, {selection['n_rows_failed']} rows failed"
         )
     usage = summary["usage"]
+    reasoning = usage.get("reasoning_tokens") or 0
     console.print(
         f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
-        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {run_dir}"
+        f"tokens {usage['tokens']:,}"
+        + (f" ({reasoning:,} reasoning)" if reasoning else "")
+        + f" · cost ${usage['cost_usd']:.4f} · results in {run_dir}"
     )
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]warning: {warning}[/]")
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from personalign.benchmarks.benchpres import (
+    JUDGE_MAX_TOKENS,
+    SUBJECT_MAX_TOKENS,
     SUBJECT_STEPS,
     BenchPresBenchmark,
     BenchPresConfig,
@@ -19,8 +21,8 @@ from personalign.benchmarks.benchpres import (
     summarize,
 )
 from personalign.data.benchpres import LoadedBenchPres, describe_source, load_benchpres
-from personalign.errors import ConfigError
-from personalign.llm import ModelFactory
+from personalign.errors import ConfigError, ModelCallError
+from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import lifecycle
 from personalign.runs.cupid_run import RunSettings
@@ -35,24 +37,31 @@ from personalign.types import BenchPresRow
 ROLES = ("subject", "judge", "completeness_judge")
 
 # The embedded 135M model writes ~20 tokens/s on 2 cores; these keep its default run on the
-# 24-row fixture to a few minutes. Real models get the paper's protocol (3 samples).
+# 24-row fixture to a few minutes. Real models get the paper's protocol (3 samples) and budgets
+# with room for reasoning (benchmarks.benchpres.SUBJECT_MAX_TOKENS / JUDGE_MAX_TOKENS).
 EMBEDDED_SAMPLES = 1
 EMBEDDED_MAX_TOKENS = 160
+EMBEDDED_JUDGE_MAX_TOKENS = 256
 DEFAULT_SAMPLES = 3
-DEFAULT_MAX_TOKENS = 1024
+DEFAULT_MAX_TOKENS = SUBJECT_MAX_TOKENS
 
 
 @dataclass(frozen=True)
 class Defaults:
     samples: int
     max_tokens: int
+    judge_max_tokens: int = JUDGE_MAX_TOKENS
 
 
-def defaults_for(subject: str) -> Defaults:
-    """Samples and subject max tokens when the user gives none (see docs/benchpres.md)."""
-    if parse_model_spec(subject).label == EMBEDDED_DEFAULT:
-        return Defaults(EMBEDDED_SAMPLES, EMBEDDED_MAX_TOKENS)
-    return Defaults(DEFAULT_SAMPLES, DEFAULT_MAX_TOKENS)
+def defaults_for(subject: str, judges: Sequence[str] = ()) -> Defaults:
+    """Samples, subject and judge max tokens when the user gives none (see docs/benchpres.md):
+    lower for the embedded model, which never reasons, so demo runs stay fast."""
+    embedded = parse_model_spec(subject).label == EMBEDDED_DEFAULT
+    judges_embedded = bool(judges) and all(parse_model_spec(j).label == EMBEDDED_DEFAULT for j in judges)
+    judge_tokens = EMBEDDED_JUDGE_MAX_TOKENS if judges_embedded else JUDGE_MAX_TOKENS
+    if embedded:
+        return Defaults(EMBEDDED_SAMPLES, EMBEDDED_MAX_TOKENS, judge_tokens)
+    return Defaults(DEFAULT_SAMPLES, DEFAULT_MAX_TOKENS, judge_tokens)
 
 
 def select(rows: Sequence[BenchPresRow], settings: RunSettings) -> list[BenchPresRow]:
@@ -60,7 +69,8 @@ def select(rows: Sequence[BenchPresRow], settings: RunSettings) -> list[BenchPre
 
 
 def benchpres_identity(config: BenchPresConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
-    models = {role: parse_model_spec(spec).label for role, spec in config.model_specs().items()}
+    # `identity`: the label, plus options that change the output (?reasoning_effort=high)
+    models = {role: parse_model_spec(spec).identity for role, spec in config.model_specs().items()}
     cfg = {k: v for k, v in config.to_record().items() if k not in models}
     return {
         "benchmark": "benchpres",
@@ -82,6 +92,7 @@ def build_manifest(
         "identity_hash": identity_hash(identity),
         "config": config.to_record(),
         "condition": config.condition,
+        "protocol": config.protocol,
         "models": {role: factory.get(spec).spec.to_record() for role, spec in config.model_specs().items()},
         "reasoning_control": bool(getattr(subject.backend, "supports_reasoning", False)),
         "data": {"source": data.source, "sha256": data.sha256, "n_rows": len(data.rows)},
@@ -99,15 +110,23 @@ def default_run_dir(config: BenchPresConfig, identity: dict[str, Any], root: Pat
 
 
 def check_reasoning(config: BenchPresConfig, factory: ModelFactory) -> None:
-    """Refuse to label a run 'reasoning on' when the subject's backend cannot turn it on."""
-    if config.reasoning != "on":
+    """Refuse to label a run 'reasoning on' when the subject's backend cannot turn it on, and
+    a run 'reasoning off' whose requests the model's capability row refuses (o-series models
+    cannot turn reasoning off): better at the start than as an error on every response."""
+    if config.reasoning == "default":
         return
     backend = factory.get(config.subject).backend
-    if not getattr(backend, "supports_reasoning", False):
+    if config.reasoning == "on" and not getattr(backend, "supports_reasoning", False):
         raise ConfigError(
             f"--reasoning on: the backend of {config.subject} cannot turn reasoning on "
             "(local models cannot; for OpenAI-compatible servers set ?reasoning_param=...)"
         )
+    payload = getattr(backend, "payload", None)
+    if callable(payload):
+        try:
+            payload([], GenerateConfig(reasoning=config.reasoning == "on"))
+        except ModelCallError as exc:
+            raise ConfigError(f"--reasoning {config.reasoning}: {exc}") from None
 
 
 def write_summary(
@@ -126,6 +145,7 @@ def write_summary(
         "status": status,
         "finished": now(),
         "condition": config.condition,
+        "protocol": config.protocol,
         "mitigation": config.mitigation,
         "reasoning": config.reasoning,
         "context": config.context,

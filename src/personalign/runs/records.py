@@ -41,10 +41,13 @@ class StepRecord(BaseModel):
     flags: list[str] = Field(
         default_factory=list,
         description="e.g. truncated, empty, inline_reasoning, reask, refreshed, empty_inference, "
-        "missing_section",
+        "missing_section, temperature_not_sent (the model's rules left the temperature out)",
     )
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = Field(
+        0, description="the part of completion_tokens spent thinking, where the provider reports it"
+    )
     cost_usd: float | None = 0.0
     cached: bool = False
     latency_s: float = 0.0

@@ -179,6 +179,10 @@ class StepRunner:
             _flag(record, "empty")
         record.prompt_tokens += completion.usage.prompt_tokens
         record.completion_tokens += completion.usage.completion_tokens
+        record.reasoning_tokens += completion.usage.reasoning_tokens
+        unsent = (completion.raw or {}).get("unsent")
+        for name in unsent if isinstance(unsent, list) else []:
+            _flag(record, f"{name}_not_sent")
         if record.cost_usd is not None:
             record.cost_usd = None if completion.cost_usd is None else record.cost_usd + completion.cost_usd
         record.cached = completion.cached if len(record.raw) == 1 else record.cached and completion.cached

@@ -10,6 +10,7 @@ import httpx
 
 from personalign.errors import ModelCallError
 from personalign.llm.backends._http import read_key, status_error, transport_error
+from personalign.llm.capabilities import anthropic_fields
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
@@ -33,23 +34,29 @@ class AnthropicBackend:
         )
 
     def payload(self, messages: Sequence[Message], config: GenerateConfig) -> dict[str, Any]:
+        """The request body under the capability rules (`llm.capabilities.anthropic_fields`):
+        with extended thinking, no temperature, the budget inside max_tokens, and a schema asked
+        for with an optional tool (the API refuses a forced tool call while thinking)."""
+        return self._payload(messages, config)[0]
+
+    def _payload(
+        self, messages: Sequence[Message], config: GenerateConfig
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
         system = "\n\n".join(m.content for m in messages if m.role == "system")
+        shaped = anthropic_fields(
+            self.spec.caps,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            reasoning=config.reasoning,
+        )
         body: dict[str, Any] = {
             "model": self.spec.model,
-            "max_tokens": config.max_tokens,
-            "temperature": config.temperature,
+            **shaped.fields,
             "messages": [{"role": m.role, "content": m.content} for m in messages if m.role != "system"],
         }
         if system:
             body["system"] = system
-        if config.reasoning:
-            # Extended thinking takes a token budget inside max_tokens and no sampling changes.
-            budget = max(1024, config.max_tokens // 2)
-            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            body["max_tokens"] = max(config.max_tokens, budget + 1024)
-            del body["temperature"]
-        elif config.top_p is not None:
-            body["top_p"] = config.top_p
         if config.stop:
             body["stop_sequences"] = list(config.stop)
         if config.json_schema is not None:
@@ -60,17 +67,17 @@ class AnthropicBackend:
                     "input_schema": config.json_schema,
                 }
             ]
-            body["tool_choice"] = {"type": "tool", "name": config.schema_name}
-        return body
+            forced = {"type": "tool", "name": config.schema_name}
+            body["tool_choice"] = {"type": "auto"} if shaped.thinking else forced
+        return body, shaped.unsent
 
     async def generate(
         self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
     ) -> BackendResponse:
         label = self.spec.label
+        body, unsent = self._payload(messages, config)
         try:
-            response = await self._client.post(
-                "/v1/messages", json=self.payload(messages, config), timeout=timeout
-            )
+            response = await self._client.post("/v1/messages", json=body, timeout=timeout)
         except httpx.HTTPError as exc:
             raise transport_error(exc, label) from None
         if response.status_code != 200:
@@ -101,6 +108,7 @@ class AnthropicBackend:
                 "id": data.get("id"),
                 "stop_reason": data.get("stop_reason"),
                 "reasoning": "".join(thinking) or None,
+                **({"unsent": list(unsent)} if unsent else {}),
             },
         )
 

@@ -18,6 +18,7 @@ from personalign.errors import ModelCallError
 from personalign.llm.backends._http import http_status_error, read_key, scrub, transport_error
 from personalign.llm.backends._http1 import Http1Pool, TransportFailure, lean_client_applies
 from personalign.llm.cache import json_string
+from personalign.llm.capabilities import openai_fields, reasoning_toggle
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
@@ -41,15 +42,7 @@ def response_format(config: GenerateConfig, schema_mode: str) -> dict[str, Any] 
 
 def reasoning_fields(reasoning: bool | None, param: str) -> dict[str, Any]:
     """Request fields that turn reasoning on or off, in the style the server understands."""
-    if reasoning is None or param == "none":
-        return {}
-    if param == "chat_template_kwargs":  # vLLM, SGLang, llama.cpp server (Qwen3-style templates)
-        return {"chat_template_kwargs": {"enable_thinking": reasoning}}
-    if param == "reasoning":  # OpenRouter
-        return {"reasoning": {"enabled": reasoning}}
-    if param == "reasoning_effort":  # OpenAI reasoning models
-        return {"reasoning_effort": "medium" if reasoning else "minimal"}
-    raise ValueError(f"unknown reasoning_param {param!r}")
+    return {} if reasoning is None else reasoning_toggle(reasoning, param)
 
 
 class OpenAICompatBackend:
@@ -57,7 +50,10 @@ class OpenAICompatBackend:
         assert spec.base_url is not None
         self.spec = spec
         self.supports_json_schema = spec.schema_mode != "none"
-        self.supports_reasoning = spec.reasoning_param != "none"
+        caps = spec.caps
+        self.supports_reasoning = spec.reasoning_param != "none" and (
+            caps.passthrough or spec.reasoning_param != "reasoning_effort" or bool(caps.efforts)
+        )
         self._key = read_key(spec.key_env, spec.label)
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         self._clients: list[httpx.AsyncClient] = []
@@ -87,14 +83,40 @@ class OpenAICompatBackend:
         self._next = itertools.cycle(self._clients)
 
     def payload(self, messages: Sequence[Message], config: GenerateConfig) -> dict[str, Any]:
+        """The request body, shaped by the model's capability row (`llm.capabilities`): the
+        token-limit field's name, sampling fields only where accepted, reasoning effort, the role
+        system messages go under. Raises a non-retryable `ModelCallError` for a config the model
+        cannot honour (e.g. reasoning off on an o-series model)."""
+        return self._payload(messages, config)[0]
+
+    def _payload(
+        self, messages: Sequence[Message], config: GenerateConfig
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        caps = self.spec.caps
+        try:
+            shaped = openai_fields(
+                caps,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                max_tokens=config.max_tokens,
+                reasoning=config.reasoning,
+                reasoning_param=self.spec.reasoning_param,
+            )
+        except ValueError as exc:
+            raise ModelCallError(f"{self.spec.label}: {exc}", retryable=False) from None
+        system_role = caps.system_role
         body: dict[str, Any] = {
             "model": self.spec.model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
-            "temperature": config.temperature,
-            "max_tokens": config.max_tokens,
+            "messages": [
+                {"role": system_role if m.role == "system" else m.role, "content": m.content}
+                for m in messages
+            ],
         }
-        if config.top_p is not None:
-            body["top_p"] = config.top_p
+        fields = dict(shaped.fields)
+        toggles: dict[str, Any] = {
+            k: fields.pop(k) for k in ("chat_template_kwargs", "reasoning", "reasoning_effort") if k in fields
+        }
+        body.update(fields)
         if config.seed is not None:
             body["seed"] = config.seed
         if config.stop:
@@ -102,8 +124,8 @@ class OpenAICompatBackend:
         fmt = response_format(config, self.spec.schema_mode)
         if fmt is not None:
             body["response_format"] = fmt
-        body.update(reasoning_fields(config.reasoning, self.spec.reasoning_param))
-        return body
+        body.update(toggles)
+        return body, shaped.unsent
 
     def encode_payload(self, messages: Sequence[Message], config: GenerateConfig) -> bytes:
         """`payload()` as compact UTF-8 JSON (as httpx's `json=` writes it), key order kept.
@@ -111,10 +133,13 @@ class OpenAICompatBackend:
         The messages are spliced in from `json_string`, which the cache key has usually just
         computed for the same texts, so a long prompt is escaped once per call, not twice.
         """
-        rest = self.payload([], config)
+        rest, _ = self._payload([], config)
         del rest["model"], rest["messages"]
+        role = self.spec.caps.system_role
         rendered = ",".join(
-            f'{{"role":{json_string(m.role)},"content":{json_string(m.content)}}}' for m in messages
+            f'{{"role":{json_string(role if m.role == "system" else m.role)},'
+            f'"content":{json_string(m.content)}}}'
+            for m in messages
         )
         tail = json.dumps(rest, ensure_ascii=False, separators=(",", ":"), allow_nan=False)[1:]
         head = f'{{"model":{json_string(self.spec.model)},"messages":[{rendered}]'
@@ -150,7 +175,11 @@ class OpenAICompatBackend:
         if status != 200:
             text = content.decode("utf-8", errors="replace")
             raise http_status_error(status, text, retry_after, label, self._key)
-        return self.parse_response(content)
+        parsed = self.parse_response(content)
+        unsent = self._payload([], config)[1]
+        if unsent and parsed.raw is not None:
+            parsed.raw["unsent"] = list(unsent)
+        return parsed
 
     def parse_response(self, content: bytes) -> BackendResponse:
         label = self.spec.label
@@ -160,9 +189,11 @@ class OpenAICompatBackend:
             message = choice["message"]
             text = message.get("content") or ""
             usage = data.get("usage") or {}
+            details = usage.get("completion_tokens_details") or {}
             tokens = Usage(
                 prompt_tokens=int(usage.get("prompt_tokens") or 0),
                 completion_tokens=int(usage.get("completion_tokens") or 0),
+                reasoning_tokens=int(details.get("reasoning_tokens") or usage.get("reasoning_tokens") or 0),
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             body = scrub(content[:200].decode("utf-8", errors="replace"), self._key)

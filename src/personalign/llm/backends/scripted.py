@@ -75,13 +75,19 @@ def default_responder(messages: Sequence[Message], config: GenerateConfig) -> st
         if name == "match_list":
             return json.dumps([{"index": e["index"], "label": e["label"]} for e in entries])
         return json.dumps({"results": entries})
-    if name == "benchpres_preference":
+    if name == "benchpres_preference" or (not name and '"do_not_follow"' in system):
         attribute = _field(user, "Preference")
         message = user.split("Message:", 1)[-1]
         return json.dumps({"label": "follow" if _overlap(attribute, message) >= 0.5 else "do_not_follow"})
-    if name == "benchpres_completeness":
-        n_words = len(user.split("Message:", 1)[-1].split())
-        return json.dumps({"explanation": "Rated by length.", "rating": min(5, 1 + n_words // 15)})
+    if name == "benchpres_completeness" or (not name and "Rating: [[" in system):
+        # The message with memory against the reference without it, rated by relative length.
+        after = user.split("(with memory):", 1)[-1]
+        with_memory, _, reference = after.partition("(without memory, the reference):")
+        ratio = len(with_memory.split()) / max(1, len(reference.split()))
+        rating = max(1, min(5, round(1 + 4 * min(1.0, ratio))))
+        if not name:
+            return f"Message A covers the request about as fully as the reference.\nRating: [[{rating}]]"
+        return json.dumps({"explanation": "Rated by relative length.", "rating": rating})
     if "User Knowledge Memories" in user:
         # Apply every stored preference, or with the mitigation instruction only the stated ones.
         cues = (
