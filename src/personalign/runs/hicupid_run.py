@@ -82,7 +82,7 @@ def select(dataset: HiCupidDataset, settings: HiCupidRunSettings) -> list[HiCupi
 
 
 def hicupid_identity(config: HiCupidConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
-    models = {role: parse_model_spec(getattr(config, role)).label for role in ROLES}
+    models = {role: parse_model_spec(getattr(config, role)).identity for role in ROLES}
     cfg = {k: v for k, v in config.to_record().items() if k not in models}
     identity: dict[str, Any] = {
         "benchmark": "hicupid",
