@@ -21,6 +21,8 @@ REASK = (
 )
 
 
+UNFINISHED = "not finished: the instance stopped (another step failed) before this step's reply came"
+
 # What a step does with a reply cut off at max_tokens or an empty reply. "error": the step fails
 # (the personalign protocol: a truncated text is never scored). "score": the text it got is
 # parsed and scored, as the papers' code does (the paper protocol); the flag still counts it.
@@ -53,7 +55,9 @@ class StepRunner:
 
     def reuse(self, name: str) -> StepRecord | None:
         record = self.previous.get(name)
-        if record is not None and record.status == "ok":
+        # A model step with no reply was never answered (a record written by an older version
+        # while the step was still running): it is called again, never reused as a None value.
+        if record is not None and record.status == "ok" and (record.model is None or record.raw):
             self.steps[name] = record
             return record
         return None
@@ -113,6 +117,10 @@ class StepRunner:
             model=model.label,
             prompt=template.name if template else None,
             prompt_sha256=template.sha256 if template else None,
+            # Until a reply is accepted: an instance whose other step fails meanwhile is written
+            # with this step unfinished, and a re-run must call it, not reuse it.
+            status="error",
+            error=UNFINISHED,
         )
         earlier = self.previous.get(name)
         if earlier is not None:  # a failed step tried again: keep what went wrong before
@@ -156,7 +164,7 @@ class StepRunner:
                 what = "unparseable output" if isinstance(exc, ParseError) else "rejected output"
                 record.error = f"{what}: {exc} (raw: {snippet(completion.text)!r})"
                 raise StepFailed(name, record.error) from None
-            record.parsed = parsed
+            record.status, record.error, record.parsed = "ok", None, parsed
             return parsed
 
     def _account(self, record: StepRecord, completion: Completion) -> str:
