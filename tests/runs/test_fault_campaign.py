@@ -64,4 +64,5 @@ def test_the_checks_catch_what_they_guard(tmp_path: Path) -> None:
     assert double_paid(ledger, ledger[:1], kills=[1.05], grace=0.5)[:2] == (1, 0)
     assert double_paid(ledger, ledger[:1], kills=[3.0], grace=0.5)[:2] == (0, 1)
     assert double_paid(ledger, ledger, kills=[], grace=0.5)[:2] == (0, 0)  # both needed (two samples)
+    assert double_paid(ledger[:1], [], kills=[], grace=0.5)[:2] == (0, 0)  # a re-ask: paid once
     assert fault_plan(0.2, 0, 1.0).rates["truncated"] == pytest.approx(0.02)

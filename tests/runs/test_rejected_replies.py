@@ -268,6 +268,8 @@ def test_an_ok_model_step_without_a_reply_is_not_reused() -> None:
     """Records written before the fix hold such steps; they are called again, not reused."""
     unanswered = StepRecord(role="matcher", model="scripted/x", status="ok")
     decided = StepRecord(role="matcher", parsed=[], flags=["empty_inference"])
-    runner = StepRunner(previous={"a": unanswered, "b": decided})
+    context = StepRecord(role="context", model="scripted/j", parsed={"prompt": "p"})  # no call of its own
+    runner = StepRunner(previous={"a": unanswered, "b": decided, "c": context})
     assert runner.reuse("a") is None
     assert runner.reuse("b") is decided
+    assert runner.reuse("c") is context

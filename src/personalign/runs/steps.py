@@ -55,9 +55,7 @@ class StepRunner:
 
     def reuse(self, name: str) -> StepRecord | None:
         record = self.previous.get(name)
-        # A model step with no reply was never answered (a record written by an older version
-        # while the step was still running): it is called again, never reused as a None value.
-        if record is not None and record.status == "ok" and (record.model is None or record.raw):
+        if record is not None and record.status == "ok" and not _unanswered(record):
             self.steps[name] = record
             return record
         return None
@@ -206,6 +204,12 @@ class StepRunner:
 
 class _Rejected(Exception):
     """A reply refused by the truncation rule (not a parse failure: it is not re-asked)."""
+
+
+def _unanswered(record: StepRecord) -> bool:
+    """A model step with neither a reply nor a value: written "ok" by an older version while it was
+    still waiting for its reply, so it is called again, never reused as a None value."""
+    return record.model is not None and not record.raw and record.parsed is None
 
 
 def _flag(record: StepRecord, flag: str) -> None:
