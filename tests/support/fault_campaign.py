@@ -8,13 +8,14 @@ Used by `benchmarks/fault_campaign.py` (the full campaign) and `tests/runs/test_
   when it arrived and when it was answered) appended to a JSONL file; `serve` runs one in its own
   process, so that killing personalign never touches it.
 - `write_cupid` / `write_hicupid` / `write_benchpres`: many distinct instances from the fixtures.
-- `campaign`: a fault-free reference run, then the faulty run with kills and re-runs; `Report`
-  holds what `analyse` found.
+- `campaign`: a fault-free reference run, then the faulty run with kills and re-runs, checked by
+  `metric_differences`, `check_samples` and `double_paid`; a `Report` holds what they found.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import math
@@ -92,8 +93,6 @@ class LedgerServer(StubServer):
         )
         try:
             if self.latency:
-                import asyncio
-
                 await asyncio.sleep(self.latency)
             return await self._respond(request, outcome, body)
         finally:
