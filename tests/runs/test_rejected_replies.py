@@ -9,8 +9,9 @@ import socket
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,8 @@ from personalign.llm import CallCache
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import BackendResponse, GenerateConfig
 from personalign.runs.cupid_run import RunSettings, run_cupid
-from personalign.runs.steps import StepFailed, StepRunner
+from personalign.runs.records import StepRecord
+from personalign.runs.steps import UNFINISHED, StepFailed, StepRunner
 from personalign.types import Message
 from tests.support.models import run, scripted_model
 from tests.support.stub_server import FaultPlan, StubServer
@@ -200,3 +202,74 @@ def test_a_claim_of_a_dead_process_or_an_expired_one_is_taken_over(tmp_path: Pat
     assert cache.claim("old", ttl=60) is True
     assert cache.claim("live", ttl=60) is False
     cache.close()
+
+
+class _Gated(ScriptedBackend):
+    """Answers "slow" only once `gate` is set, "fast" at once (with a reply no parser accepts)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda m, c: "bad" if m[-1].content == "fast" else "7")
+        self.gate: asyncio.Event | None = None
+
+    async def generate(
+        self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
+    ) -> BackendResponse:
+        if messages[-1].content == "slow":
+            assert self.gate is not None
+            await self.gate.wait()
+        return await super().generate(messages, config, timeout=timeout)
+
+
+def test_a_step_still_running_when_its_instance_fails_is_called_again_on_rerun(tmp_path: Path) -> None:
+    """Found by the fault campaign: CUPID's two matcher steps run side by side; when one failed, the
+    instance was written with the other still waiting for its reply, as status ok with no value,
+    and the re-run reused that None (a crash, or a wrong number) instead of calling again."""
+    backend = _Gated()
+    factory, model = scripted_model(tmp_path, backend)
+    runner = StepRunner()
+    written: dict[str, StepRecord] = {}
+
+    def step(name: str) -> Coroutine[Any, Any, int]:
+        messages = [Message(role="user", content=name)]
+        return runner.call_messages(
+            name, role="matcher", model=model, messages=messages, config=CONFIG, parse=_number
+        )
+
+    async def instance() -> None:
+        backend.gate = asyncio.Event()
+        try:
+            await asyncio.gather(step("slow"), step("fast"))
+        except StepFailed:  # the instance's record is written now, as the benchmarks do
+            written.update({k: v.model_copy(deep=True) for k, v in runner.steps.items()})
+
+    asyncio.run(instance())
+    assert written["fast"].status == "error"
+    assert written["slow"].status == "error" and written["slow"].error == UNFINISHED
+
+    rerun = StepRunner(previous=written)
+
+    async def again() -> int:
+        backend.gate = asyncio.Event()
+        backend.gate.set()
+        return await rerun.call_messages(
+            "slow",
+            role="matcher",
+            model=model,
+            messages=[Message(role="user", content="slow")],
+            config=CONFIG,
+            parse=_number,
+        )
+
+    assert run(factory, again()) == 7
+    assert rerun.steps["slow"].status == "ok" and rerun.steps["slow"].errors == [UNFINISHED]
+
+
+def test_an_ok_model_step_without_a_reply_is_not_reused() -> None:
+    """Records written before the fix hold such steps; they are called again, not reused."""
+    unanswered = StepRecord(role="matcher", model="scripted/x", status="ok")
+    decided = StepRecord(role="matcher", parsed=[], flags=["empty_inference"])
+    context = StepRecord(role="context", model="scripted/j", parsed={"prompt": "p"})  # no call of its own
+    runner = StepRunner(previous={"a": unanswered, "b": decided, "c": context})
+    assert runner.reuse("a") is None
+    assert runner.reuse("b") is decided
+    assert runner.reuse("c") is context

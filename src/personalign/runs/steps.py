@@ -21,6 +21,8 @@ REASK = (
 )
 
 
+UNFINISHED = "not finished: the instance stopped (another step failed) before this step's reply came"
+
 # What a step does with a reply cut off at max_tokens or an empty reply. "error": the step fails
 # (the personalign protocol: a truncated text is never scored). "score": the text it got is
 # parsed and scored, as the papers' code does (the paper protocol); the flag still counts it.
@@ -53,7 +55,7 @@ class StepRunner:
 
     def reuse(self, name: str) -> StepRecord | None:
         record = self.previous.get(name)
-        if record is not None and record.status == "ok":
+        if record is not None and record.status == "ok" and not _unanswered(record):
             self.steps[name] = record
             return record
         return None
@@ -113,6 +115,10 @@ class StepRunner:
             model=model.label,
             prompt=template.name if template else None,
             prompt_sha256=template.sha256 if template else None,
+            # Until a reply is accepted: an instance whose other step fails meanwhile is written
+            # with this step unfinished, and a re-run must call it, not reuse it.
+            status="error",
+            error=UNFINISHED,
         )
         earlier = self.previous.get(name)
         if earlier is not None:  # a failed step tried again: keep what went wrong before
@@ -156,7 +162,7 @@ class StepRunner:
                 what = "unparseable output" if isinstance(exc, ParseError) else "rejected output"
                 record.error = f"{what}: {exc} (raw: {snippet(completion.text)!r})"
                 raise StepFailed(name, record.error) from None
-            record.parsed = parsed
+            record.status, record.error, record.parsed = "ok", None, parsed
             return parsed
 
     def _account(self, record: StepRecord, completion: Completion) -> str:
@@ -202,6 +208,12 @@ class StepRunner:
 
 class _Rejected(Exception):
     """A reply refused by the truncation rule (not a parse failure: it is not re-asked)."""
+
+
+def _unanswered(record: StepRecord) -> bool:
+    """A model step with neither a reply nor a value: written "ok" by an older version while it was
+    still waiting for its reply, so it is called again, never reused as a None value."""
+    return record.model is not None and not record.raw and record.parsed is None
 
 
 def _flag(record: StepRecord, flag: str) -> None:
