@@ -12,15 +12,17 @@ import typer
 from personalign.cli_common import (
     CacheOpt,
     MaxCostOpt,
+    MaxErrorRateOpt,
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
     console,
-    exit_if_stopped,
+    exit_for_run,
 )
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
+from personalign.redact import safe
 
 
 def run_hicupid_cmd(
@@ -78,6 +80,7 @@ def run_hicupid_cmd(
     cache: CacheOpt = None,
     no_cache: NoCacheOpt = False,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
     from personalign.benchmarks.hicupid import HiCupidConfig
@@ -115,9 +118,10 @@ def run_hicupid_cmd(
             progress=progress,
         )
         console.print(
-            f"hicupid: subject [bold]{config.subject}[/], judge {config.judge} ({config.judge_format}"
-            f"{', both orders' if both_orders else ''}); method {config.method}, context {config.context}; "
-            f"splits {', '.join(settings.splits)}"
+            f"hicupid: subject [bold]{safe(config.subject)}[/], judge {safe(config.judge)} "
+            f"({safe(config.judge_format)}{', both orders' if both_orders else ''}); "
+            f"method {safe(config.method)}, context {safe(config.context)}; "
+            f"splits {safe(', '.join(settings.splits))}"
         )
         if EMBEDDED_DEFAULT in (config.subject, config.judge):
             console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
@@ -126,7 +130,7 @@ def run_hicupid_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
-    exit_if_stopped(result.outcome.status)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 def run_retrieval_cmd(
@@ -202,7 +206,7 @@ def run_retrieval_cmd(
         _fail(exc)
         return
     typer.echo(write_report({"hicupid_retrieval": table}, out))
-    console.print(f"written to {out}/report.md, report.csv, report.json")
+    console.print(f"written to {safe(out)}/report.md, report.csv, report.json")
 
 
 def rescore_cmd(
@@ -214,6 +218,7 @@ def rescore_cmd(
     concurrency: Annotated[int, typer.Option()] = 8,
     cache: CacheOpt = None,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
     from personalign.report.hicupid import print_run_summary
@@ -231,6 +236,7 @@ def rescore_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 def validate_cmd(

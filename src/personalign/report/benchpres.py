@@ -17,7 +17,8 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.benchpres import summarize
 from personalign.errors import ConfigError
-from personalign.report.tables import Cell, Table, write_tables
+from personalign.redact import safe
+from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 from personalign.types import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 
@@ -271,7 +272,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
         table.add_column(column)
 
     def fmt(value: Any) -> str:
-        return "–" if value is None else f"{100 * value:.1f}"
+        return NA if value is None else f"{100 * value:.1f}"
 
     groups = [("all", summary["all"])]
     groups += [(f"domain · {k}", v) for k, v in summary.get("by_domain", {}).items()]
@@ -290,7 +291,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     mean = completeness.get("mean")
     errors = summary.get("errors", {})
     console.print(
-        f"completeness {'–' if mean is None else f'{mean:.2f}'} (1-5, n={completeness.get('n', 0)}) · "
+        f"completeness {NA if mean is None else f'{mean:.2f}'} (1-5, n={completeness.get('n', 0)}) · "
         f"samples {summary['samples']} · errors: {len(errors.get('generation', {}))} responses, "
         f"{summary.get('n_judgement_errors', 0)} judgements, {len(errors.get('completeness', {}))} ratings"
     )
@@ -306,7 +307,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     usage = summary["usage"]
     console.print(
         f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
-        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {run_dir}"
+        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
     )
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")
