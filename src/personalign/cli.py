@@ -280,19 +280,10 @@ register_synth(app, run_app)
 
 
 def main() -> None:
-    """The console entry point: runs the app and maps every way out to the documented exit code.
-
-    Click turns a Ctrl-C outside a run's event loop into `Abort` (exit 1); here it exits 130, like a
-    run interrupted mid-way (see `cli_common`).
-    """
-    import click
-
+    """The console entry point. Typer maps a Ctrl-C outside a run's event loop to exit code 130, like
+    a run interrupted mid-way (which exits 130 through `exit_for_run`); see `cli_common`."""
     try:
-        code = app(standalone_mode=False)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - interactive
         console.print("interrupted; finished instances are saved, re-run the same command to resume")
         sys.exit(EXIT_INTERRUPTED)
-    except click.ClickException as exc:  # usage errors: exit 2, as click would
-        exc.show()
-        sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)

@@ -267,7 +267,7 @@ def write_report(report: BenchPresReport, out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    table = RichTable(title=f"BenchPreS · {summary['models']['subject']} · {summary['condition']}")
+    table = RichTable(title=safe(f"BenchPreS · {summary['models']['subject']} · {summary['condition']}"))
     for column in ("", "MR %", "AAR %", "selectivity %", "n suppress / apply"):
         table.add_column(column)
 
@@ -279,7 +279,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     groups += [(f"category · {k}", v) for k, v in summary.get("by_category", {}).items()]
     for name, block in groups:
         table.add_row(
-            name,
+            safe(name),  # domains and categories come from the data
             fmt(block["mr"]),
             fmt(block["aar"]),
             fmt(block["selectivity"]),

@@ -133,7 +133,7 @@ def write_report(tables: dict[str, Table], out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    table = RichTable(title=f"CUPID · {summary['models']['subject']} · context {summary['context']}")
+    table = RichTable(title=safe(f"CUPID · {summary['models']['subject']} · context {summary['context']}"))
     table.add_column("")
     table.add_column("n")
     table.add_column("errors")

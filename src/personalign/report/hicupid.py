@@ -172,7 +172,9 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
     table = RichTable(
-        title=f"HiCUPID · {summary['models']['subject']} · {summary['method']} · context {summary['context']}"
+        title=safe(
+            f"HiCUPID · {summary['models']['subject']} · {summary['method']} · context {summary['context']}"
+        )
     )
     for column in ("split", "n", "Persona", "Schedule", "Multi-Info", "Total", "BLEU", "ROUGE-L"):
         table.add_column(column)
