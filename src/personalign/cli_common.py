@@ -77,10 +77,3 @@ def exit_for_run(status: str, records: Mapping[str, Any], max_error_rate: float 
         )
     if code:
         raise typer.Exit(code)
-
-
-def exit_if_stopped(status: str) -> None:
-    """A run that stopped at its --max-cost budget exits 3, an interrupted one 130 (results are kept)."""
-    code = exit_code(status)
-    if code:
-        raise typer.Exit(code)

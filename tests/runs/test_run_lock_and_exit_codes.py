@@ -168,6 +168,13 @@ def test_refused_run_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(ConfigError, match="refused"):
         run_cupid(CONFIG, RunSettings(run_dir=target, cache_path=tmp_path / "c.sqlite", progress=False))
     assert not (tmp_path / "new").exists()
+    # a directory the user made stays, empty
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(ConfigError, match="refused"):
+        run_cupid(
+            CONFIG, RunSettings(run_dir=tmp_path / "mine", cache_path=tmp_path / "c.sqlite", progress=False)
+        )
+    assert list((tmp_path / "mine").iterdir()) == []
 
 
 def test_identity_mismatch_is_refused_without_touching_the_directory(tmp_path: Path) -> None:
