@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from personalign.errors import DataError
@@ -77,7 +78,8 @@ def test_nan_in_metadata_is_refused(engine: Any) -> None:
 
 def test_good_values_still_work(engine: Any) -> None:
     engine.add_session("u1", [{"role": "user", "content": "I love café au lait"}], timestamp=1_700_000_000)
+    engine.add_session("u1", [{"role": "user", "content": "tea later"}], timestamp=np.int64(1_700_000_100))
     engine.add_memory("u1", "Prefers café au lait", valid_from=1_700_000_000.5)
-    assert engine.sessions("u1")[0].timestamp == 1_700_000_000.0
+    assert [s.timestamp for s in engine.sessions("u1")] == [1_700_000_000.0, 1_700_000_100.0]
     found = engine.retrieve("u1", "café")
     assert found.sessions and found.memories

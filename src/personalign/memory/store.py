@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import sqlite3
 import threading
 import time
@@ -124,7 +125,7 @@ def check_time(value: Any, source: str, row: int | None, field: str) -> float | 
     """A timestamp: None (now) or a finite number of seconds since the epoch; never text or NaN."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy numbers are Real
         got = f"{type(value).__name__} {value!r}"
         raise DataError(source, row, field, f"expected seconds since the epoch (a number), got {got}")
     if not math.isfinite(value):
