@@ -11,13 +11,15 @@ import typer
 
 from personalign import cli_benchpres, cli_hicupid
 from personalign.cli_common import (
+    EXIT_INTERRUPTED,
     CacheOpt,
     MaxCostOpt,
+    MaxErrorRateOpt,
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
     console,
-    exit_if_stopped,
+    exit_for_run,
 )
 from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
@@ -25,6 +27,7 @@ from personalign.cli_protocol import register as register_protocol
 from personalign.cli_synth import register as register_synth
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
+from personalign.redact import safe
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
@@ -76,6 +79,7 @@ def run_cupid_cmd(
     cache: CacheOpt = None,
     no_cache: NoCacheOpt = False,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Run CUPID (inference and/or generation) and write a run directory."""
     from personalign.benchmarks.cupid import CupidConfig, default_subject_max_tokens
@@ -108,9 +112,9 @@ def run_cupid_cmd(
             progress=progress,
         )
         console.print(
-            f"cupid: subject [bold]{config.subject}[/], decomposer {config.decomposer}, "
-            f"matcher {config.matcher} ({config.matcher_format}), judge {config.judge}; "
-            f"task {config.task}, context {config.context}"
+            f"cupid: subject [bold]{safe(config.subject)}[/], decomposer {safe(config.decomposer)}, "
+            f"matcher {safe(config.matcher)} ({safe(config.matcher_format)}), judge {safe(config.judge)}; "
+            f"task {safe(config.task)}, context {safe(config.context)}"
         )
         if EMBEDDED_DEFAULT in (config.subject, config.judge):
             console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
@@ -119,7 +123,7 @@ def run_cupid_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
-    exit_if_stopped(result.outcome.status)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 @app.command()
@@ -140,6 +144,7 @@ def rescore(
     concurrency: Annotated[int, typer.Option()] = 8,
     cache: CacheOpt = None,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
 
@@ -178,11 +183,13 @@ def rescore(
         if judge is None:
             _fail(ConfigError("re-scoring a HiCUPID run needs --judge"))
         cli_hicupid.rescore_cmd(
-            run, str(judge), judge_format, both_orders, run_dir, concurrency, cache, progress
+            run, str(judge), judge_format, both_orders, run_dir, concurrency, cache, progress, max_error_rate
         )
         return
     if benchmark == "benchpres":
-        cli_benchpres.rescore_cmd(run, judge, completeness_judge, run_dir, concurrency, cache, progress)
+        cli_benchpres.rescore_cmd(
+            run, judge, completeness_judge, run_dir, concurrency, cache, progress, max_error_rate
+        )
         return
 
     from personalign.report.cupid import print_run_summary
@@ -201,6 +208,7 @@ def rescore(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 @app.command()
@@ -225,10 +233,10 @@ def report(
             tables.update(hicupid_report.build_report(hicupid_runs))
         if tables:
             typer.echo(write_report(tables, out))
-            console.print(f"written to {out}/report.md, report.csv, report.json")
+            console.print(f"written to {safe(out)}/report.md, report.csv, report.json")
         if benchpres_runs:
             typer.echo(benchpres_report.write_report(benchpres_report.build_report(benchpres_runs), out))
-            console.print(f"written to {out}/benchpres.md, .csv, .json and benchpres_scatter.png/.svg")
+            console.print(f"written to {safe(out)}/benchpres.md, .csv, .json and benchpres_scatter.png/.svg")
     except PersonalignError as exc:
         _fail(exc)
         return
@@ -274,8 +282,10 @@ register_synth(app, run_app)
 
 
 def main() -> None:
+    """The console entry point. Typer maps a Ctrl-C outside a run's event loop to exit code 130, like
+    a run interrupted mid-way (which exits 130 through `exit_for_run`); see `cli_common`."""
     try:
         app()
     except KeyboardInterrupt:  # pragma: no cover - interactive
         console.print("interrupted; finished instances are saved, re-run the same command to resume")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

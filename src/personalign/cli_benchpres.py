@@ -11,15 +11,17 @@ import typer
 from personalign.cli_common import (
     CacheOpt,
     MaxCostOpt,
+    MaxErrorRateOpt,
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
     console,
-    exit_if_stopped,
+    exit_for_run,
 )
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
+from personalign.redact import safe
 
 
 def run_benchpres_cmd(
@@ -105,6 +107,7 @@ def run_benchpres_cmd(
     cache: CacheOpt = None,
     no_cache: NoCacheOpt = False,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Run BenchPreS: are stored preferences applied only where the context allows them?"""
     from personalign.benchmarks.benchpres import BenchPresConfig
@@ -144,10 +147,10 @@ def run_benchpres_cmd(
             progress=progress,
         )
         console.print(
-            f"benchpres: subject [bold]{config.subject}[/], judge {config.judge}, completeness judge "
-            f"{config.completeness_judge}"
-            + (f", memory judge {config.selection_judge}" if config.selection_judge else "")
-            + f"; protocol {config.protocol}, {config.condition}, {config.samples} sample(s) at "
+            f"benchpres: subject [bold]{safe(config.subject)}[/], judge {safe(config.judge)}, completeness "
+            f"judge {safe(config.completeness_judge)}"
+            + (f", memory judge {safe(config.selection_judge)}" if config.selection_judge else "")
+            + f"; protocol {config.protocol}, {safe(config.condition)}, {config.samples} sample(s) at "
             f"temperature {config.temperature:g}, max {config.subject_max_tokens} tokens "
             f"(judges {config.judge_max_tokens})"
         )
@@ -158,7 +161,7 @@ def run_benchpres_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
-    exit_if_stopped(result.outcome.status)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 benchpres_app = typer.Typer(
@@ -239,6 +242,7 @@ def rescore_cmd(
     concurrency: Annotated[int, typer.Option()] = 8,
     cache: CacheOpt = None,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Re-judge a run's saved responses with other judges (no subject calls)."""
     from personalign.report.benchpres import print_run_summary
@@ -256,6 +260,7 @@ def rescore_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:

@@ -12,18 +12,20 @@ import typer
 from personalign.cli_common import (
     CacheOpt,
     MaxCostOpt,
+    MaxErrorRateOpt,
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
     ProtocolDirOpt,
     ProtocolOpt,
     console,
-    exit_if_stopped,
+    exit_for_run,
 )
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
+from personalign.redact import safe
 
 
 def run_hicupid_cmd(
@@ -108,6 +110,7 @@ def run_hicupid_cmd(
     cache: CacheOpt = None,
     no_cache: NoCacheOpt = False,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
     from personalign.benchmarks.hicupid import HiCupidConfig
@@ -149,10 +152,10 @@ def run_hicupid_cmd(
             protocol_dir=protocol_dir,
         )
         console.print(
-            f"hicupid [{config.protocol}]: subject [bold]{config.subject}[/], judge {config.judge} "
-            f"({config.judge_format}"
-            f"{', both orders' if both_orders else ''}); method {config.method}, context {config.context}; "
-            f"splits {', '.join(settings.splits)}"
+            f"hicupid (protocol {config.protocol}): subject [bold]{safe(config.subject)}[/], judge "
+            f"{safe(config.judge)} ({safe(config.judge_format)}{', both orders' if both_orders else ''}); "
+            f"method {safe(config.method)}, context {safe(config.context)}; "
+            f"splits {safe(', '.join(settings.splits))}"
         )
         if EMBEDDED_DEFAULT in (config.subject, config.judge):
             console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
@@ -161,7 +164,7 @@ def run_hicupid_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
-    exit_if_stopped(result.outcome.status)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 def run_retrieval_cmd(
@@ -258,7 +261,7 @@ def run_retrieval_cmd(
         _fail(exc)
         return
     typer.echo(write_report({"hicupid_retrieval": table}, out))
-    console.print(f"written to {out}/report.md, report.csv, report.json")
+    console.print(f"written to {safe(out)}/report.md, report.csv, report.json")
 
 
 def rescore_cmd(
@@ -270,6 +273,7 @@ def rescore_cmd(
     concurrency: Annotated[int, typer.Option()] = 8,
     cache: CacheOpt = None,
     progress: ProgressOpt = True,
+    max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
     from personalign.report.hicupid import print_run_summary
@@ -287,6 +291,7 @@ def rescore_cmd(
         _fail(exc)
         return
     print_run_summary(result.summary, result.run_dir.path)
+    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 def validate_cmd(

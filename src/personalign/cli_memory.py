@@ -11,6 +11,7 @@ import typer
 from personalign.cli_common import console
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
+from personalign.redact import safe
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:
@@ -96,4 +97,4 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 {"summary": summary, "instances": records} if data_format == "cupid" else {"summary": summary}
             )
             out.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-            console.print(f"written to {out}")
+            console.print(f"written to {safe(out)}")

@@ -10,6 +10,7 @@ import typer
 from personalign.cli_common import ProtocolDirOpt, ProtocolOpt, console, fail
 from personalign.errors import ConfigError, PersonalignError
 from personalign.protocols.upstream import UpstreamSource, fetch_source, open_upstream, verify_all
+from personalign.redact import safe
 
 protocol_app = typer.Typer(no_args_is_help=True, help="The official (paper) protocols: fetch, verify, show.")
 
@@ -50,7 +51,7 @@ def fetch_cmd(name: NameArg) -> None:
     kept = len(source.files) - len(downloaded)
     console.print(
         f"{name}: {len(downloaded)} file(s) downloaded, {kept} already cached, all verified; "
-        f"{source.repo}@{source.commit} in {target}"
+        f"{source.repo}@{source.commit} in {safe(target)}"
     )
 
 
@@ -66,7 +67,8 @@ def verify_cmd(name: NameArg, protocol_dir: ProtocolDirOpt = None) -> None:
     for path, digest in hashes.items():
         typer.echo(f"{digest}  {path}")
     console.print(
-        f"{name}: {len(hashes)} file(s) match {source.repo}@{source.commit} ({files.origin}: {files.root})"
+        f"{name}: {len(hashes)} file(s) match {source.repo}@{source.commit} "
+        f"({files.origin}: {safe(files.root)})"
     )
 
 

@@ -8,10 +8,21 @@ from typing import Annotated, Any
 
 import typer
 
-from personalign.cli_common import CacheOpt, MaxCostOpt, NoCacheOpt, PricesOpt, ProgressOpt, console
+from personalign.cli_common import (
+    EXIT_TOO_MANY_ERRORS,
+    CacheOpt,
+    MaxCostOpt,
+    MaxErrorRateOpt,
+    NoCacheOpt,
+    PricesOpt,
+    ProgressOpt,
+    console,
+    exit_code,
+)
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
+from personalign.redact import safe
 
 GeneratorOpt = Annotated[
     str, typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2).")
@@ -55,8 +66,9 @@ def _with_progress(
         return work(lambda _state: progress.advance())
 
 
-def print_summary(summary: dict[str, Any], out: Path) -> None:
-    """What was generated, what failed and what was rejected by validation."""
+def print_summary(summary: dict[str, Any], out: Path, max_error_rate: float = 1.0) -> None:
+    """What was generated, what failed and what was rejected by validation; exits 4 when nothing passed
+    or more than `max_error_rate` of the units failed or were rejected."""
     unit = {"cupid": "personas", "hicupid": "users", "benchpres": "profiles"}[summary["pipeline"]]
     console.print(
         f"[bold]{summary['pipeline']}[/]: {summary['generated']}/{summary['n_units']} {unit} generated, "
@@ -64,22 +76,30 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         f"{len(summary['rejected'])} rejected"
     )
     for key, value in summary.get("written", {}).items():
-        console.print(f"  {key}: {value}")
+        console.print(f"  {safe(key)}: {safe(value)}")
     for failure in summary["failed"]:
-        console.print(f"  [red]failed[/] {failure['id']} at {failure['stage']}: {failure['error']}")
+        console.print(
+            f"  [red]failed[/] {safe(failure['id'])} at {safe(failure['stage'])}: {safe(failure['error'])}"
+        )
     for rejection in summary["rejected"]:
-        console.print(f"  [yellow]rejected[/] {rejection['id']}:")
+        console.print(f"  [yellow]rejected[/] {safe(rejection['id'])}:")
         for problem in rejection["problems"][:5]:
-            console.print(f"    - {problem}")
+            console.print(f"    - {safe(problem)}")
     usage = summary.get("usage", {})
     console.print(
         f"  calls {usage.get('calls', 0)}, cache hits {usage.get('cache_hits', 0)}, "
         f"tokens {usage.get('tokens', 0):,}, cost ${usage.get('cost_usd', 0.0):.4f}"
     )
-    console.print(f"written to {out}/ (summary.json, validation.json)")
+    console.print(f"written to {safe(out)}/ (summary.json, validation.json)")
     if summary["passed_validation"] == 0:
         console.print("[bold red]no unit passed validation[/]")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_TOO_MANY_ERRORS)
+    code = exit_code(
+        "complete", len(summary["failed"]) + len(summary["rejected"]), summary["n_units"], max_error_rate
+    )
+    if code:
+        console.print(f"[bold red]more than --max-error-rate {max_error_rate:g} of the units failed[/]")
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:
@@ -122,6 +142,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         prices: PricesOpt = None,
         progress: ProgressOpt = True,
         resample_failed: ResampleOpt = False,
+        max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
         from personalign.synth.cupid import CupidSynthConfig, synthesize_cupid
@@ -144,10 +165,11 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             )
             factory = _factory(cache, no_cache, max_cost, prices)
             console.print(
-                f"synth cupid: generator [bold]{config.generator}[/], "
-                f"user simulator {config.user_simulator}, "
-                f"assistant {config.assistant}, decomposer {config.decomposer}, "
-                f"leak judge {config.leak_judge or '(lexical only)'}; {personas} personas -> {out}"
+                f"synth cupid: generator [bold]{safe(config.generator)}[/], "
+                f"user simulator {safe(config.user_simulator)}, "
+                f"assistant {safe(config.assistant)}, decomposer {safe(config.decomposer)}, "
+                f"leak judge {safe(config.leak_judge or '(lexical only)')}; "
+                f"{personas} personas -> {safe(out)}"
             )
             result = _with_progress(
                 personas,
@@ -166,7 +188,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         except PersonalignError as exc:
             _fail(exc)
             return
-        print_summary(result.summary, out)
+        print_summary(result.summary, out, max_error_rate)
 
     @synth_app.command("hicupid")
     def synth_hicupid(
@@ -191,6 +213,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         prices: PricesOpt = None,
         progress: ProgressOpt = True,
         resample_failed: ResampleOpt = False,
+        max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """HiCUPID-style users, dialogues and QA (dialogue.jsonl, qa.jsonl in the official schema)."""
         from personalign.synth.hicupid import HicupidSynthConfig, synthesize_hicupid
@@ -208,7 +231,9 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 length_scale=length_scale,
             )
             factory = _factory(cache, no_cache, max_cost, prices)
-            console.print(f"synth hicupid: generator [bold]{config.generator}[/]; {users} users -> {out}")
+            console.print(
+                f"synth hicupid: generator [bold]{safe(config.generator)}[/]; {users} users -> {safe(out)}"
+            )
             result = _with_progress(
                 users,
                 "synth hicupid",
@@ -226,7 +251,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         except PersonalignError as exc:
             _fail(exc)
             return
-        print_summary(result.summary, out)
+        print_summary(result.summary, out, max_error_rate)
 
     @synth_app.command("benchpres")
     def synth_benchpres(
@@ -253,6 +278,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         prices: PricesOpt = None,
         progress: ProgressOpt = True,
         resample_failed: ResampleOpt = False,
+        max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """BenchPreS-style memory profiles, formal contexts and candidate labels (labels.csv to review)."""
         from personalign.synth.benchpres import DOMAIN_COUNTS, BenchpresSynthConfig, synthesize_benchpres
@@ -273,8 +299,9 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             )
             factory = _factory(cache, no_cache, max_cost, prices)
             console.print(
-                f"synth benchpres: generator [bold]{config.generator}[/], labeler {config.labeler_spec}; "
-                f"{profiles} profiles x {sum(counts.values())} contexts -> {out}"
+                f"synth benchpres: generator [bold]{safe(config.generator)}[/], labeler "
+                f"{safe(config.labeler_spec)}; {profiles} profiles x {sum(counts.values())} contexts "
+                f"-> {safe(out)}"
             )
             result = _with_progress(
                 profiles,
@@ -293,10 +320,10 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         except PersonalignError as exc:
             _fail(exc)
             return
-        print_summary(result.summary, out)
+        print_summary(result.summary, out, max_error_rate)
         console.print(
             "[yellow]labels are model proposals (unverified)[/]: fill final_label in labels.csv, then run "
-            f"`personalign synth benchpres-labels {out}`"
+            f"`personalign synth benchpres-labels {safe(out)}`"
         )
 
     @synth_app.command("benchpres-labels")

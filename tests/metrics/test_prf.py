@@ -49,7 +49,13 @@ def test_single_instance_prf() -> None:
     assert prf.precision_ci is None
 
 
-@pytest.mark.parametrize("counts", [[], [ZERO], [ZERO, ZERO, ZERO], [EMPTY]])
+def test_no_instance_is_not_a_measured_zero() -> None:
+    prf = pooled_prf([])
+    assert (prf.precision, prf.recall, prf.f1, prf.n_instances) == (None, None, None, 0)
+    assert prf.precision_ci is None
+
+
+@pytest.mark.parametrize("counts", [[ZERO], [ZERO, ZERO, ZERO], [EMPTY]])
 def test_all_empty_is_zero_without_division_errors(counts: list[MatchCounts]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -249,7 +255,9 @@ def test_summarize_generation_mean_per_type() -> None:
     lo, hi = block["all"]["ci"]
     assert 3 <= lo <= (8 + 5 + 3) / 3 <= hi <= 8
     by_type: dict[str, Any] = block["by_type"]
-    assert set(by_type) == {"consistent", "contrastive"}  # no changing instance was scored
+    # both changing instances errored: the type is there, with no value ("n/a"), not a 0
+    assert set(by_type) == {"consistent", "contrastive", "changing"}
+    assert by_type["changing"] == {"mean": None, "ci": None, "n": 0}
     assert by_type["consistent"]["mean"] == pytest.approx(6.5)
     assert by_type["consistent"]["n"] == 2
     assert by_type["contrastive"] == {"mean": pytest.approx(3.0), "ci": None, "n": 1}
@@ -265,6 +273,6 @@ def test_summarize_ignores_tasks_a_record_lacks_and_handles_no_records() -> None
 
     empty = summarize([], ["inference"])
     assert empty["n_instances"] == 0
-    assert empty["inference"]["all"]["f1"] == 0.0
+    assert empty["inference"]["all"]["f1"] is None  # nothing measured, not 0
     assert empty["inference"]["by_type"] == {}
     assert empty["inference"]["empty_inferences"] == 0

@@ -102,7 +102,11 @@ def test_unparseable_verdicts_are_errors_not_ties(tmp_path: Path) -> None:
     assert record.steps["judge"].status == "error"
     assert len(record.steps["judge"].raw) == 2  # the re-ask is kept too
     assert record.steps["answer"].status == "ok"  # the answer is kept for a later resume
-    assert block["all"]["by_type"] == {} and block["all"]["total"] is None
+    # nothing scored: every selected type reads None ("n/a"), never a measured 0
+    assert set(block["all"]["by_type"]) == {"persona", "schedule", "profile"}
+    assert all(t["mean"] is None and t["n"] == 0 for t in block["all"]["by_type"].values())
+    assert block["all"]["total"] is None and block["all"]["bleu"] is None
+    assert set(block["by_split"]) == {"test_1", "test_2"}
 
 
 def test_failed_and_too_long_prompts_are_recorded_as_errors(tmp_path: Path) -> None:

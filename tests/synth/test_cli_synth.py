@@ -83,5 +83,5 @@ def test_synth_exits_non_zero_when_nothing_passes(tmp_path: Path) -> None:
             "--sessions", "9", "--factors", "3", "--max-turns", "1", "--leak-threshold", "0.01",
             "--no-cache", "--no-progress"]  # fmt: skip
     result = runner.invoke(app, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 4  # the documented code for "too many errors", not 1 (internal error)
     assert "0 passed validation" in result.output and "leak (lexical)" in result.output

@@ -349,6 +349,7 @@ def summarize(records: Iterable[InstanceRecord], tasks: Iterable[str], seed: int
     for task in tasks:
         scored = [r for r in records if task in r.results and r.results[task].status == "ok"]
         errors = [r for r in records if task in r.results and r.results[task].status == "error"]
+        attempted = scored + errors
         block: dict[str, Any] = {
             "n_scored": len(scored),
             "n_errors": len(errors),
@@ -356,10 +357,11 @@ def summarize(records: Iterable[InstanceRecord], tasks: Iterable[str], seed: int
         }
         if task == "inference":
             block["all"] = pooled_prf([_counts(r) for r in scored], seed=seed).to_record()
+            # every type with an attempted instance, also when none was scored (then None, "n/a")
             block["by_type"] = {
                 t: pooled_prf([_counts(r) for r in scored if _type_of(r) == t], seed=seed).to_record()
                 for t in INSTANCE_TYPES
-                if any(_type_of(r) == t for r in scored)
+                if any(_type_of(r) == t for r in attempted)
             }
             flags = Counter(flag for r in scored for step in r.steps.values() for flag in step.flags)
             block["empty_inferences"] = sum(
@@ -373,7 +375,7 @@ def summarize(records: Iterable[InstanceRecord], tasks: Iterable[str], seed: int
                     [float(r.results[task].scores["score"]) for r in scored if _type_of(r) == t], seed
                 )
                 for t in INSTANCE_TYPES
-                if any(_type_of(r) == t for r in scored)
+                if any(_type_of(r) == t for r in attempted)
             }
         summary[task] = block
     return summary

@@ -537,12 +537,18 @@ def _hit_block(scored: list[InstanceRecord]) -> dict[str, Any] | None:
     }
 
 
-def summarize_block(scored: list[InstanceRecord], seed: int) -> dict[str, Any]:
-    """Scores of one set of scored records: per type S, CI and W/T/L; the paper total; BLEU, ROUGE-L."""
+def summarize_block(scored: list[InstanceRecord], seed: int, kinds: Iterable[str] = ()) -> dict[str, Any]:
+    """Scores of one set of scored records: per type S, CI and W/T/L; the paper total; BLEU, ROUGE-L.
+
+    A type in `kinds` (selected) with no scored question gets None values ("n/a"), not a 0.
+    """
     by_type: dict[str, Any] = {}
+    selected = set(kinds)
     for kind in QUESTION_TYPES:
         rows = [r.results[TASK].scores for r in scored if r.meta.get("type") == kind]
         if not rows:
+            if kind in selected:
+                by_type[kind] = {"mean": None, "ci": None, "n": 0, "win": None, "tie": None, "loss": None}
             continue
         block = _mean_ci([float(s["score"]) for s in rows], seed)
         block.update(wtl([str(s["outcome"]) for s in rows]))
@@ -567,7 +573,12 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
     records = list(records)
     scored = [r for r in records if TASK in r.results and r.results[TASK].status == "ok"]
     errors = [r for r in records if TASK not in r.results or r.results[TASK].status == "error"]
-    splits = sorted({str(r.meta.get("split")) for r in scored})
+    # every selected split and type appears, also when nothing in it was scored (None, "n/a")
+    splits = sorted({str(r.meta.get("split")) for r in records})
+
+    def kinds(rows: list[InstanceRecord]) -> set[str]:
+        return {str(r.meta.get("type")) for r in rows}
+
     flags: dict[str, int] = {}
     for r in scored:
         for step in r.steps.values():
@@ -586,9 +597,14 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
                 kind: sum(1 for r in errors if r.meta.get("type") == kind) for kind in QUESTION_TYPES
             },
             "flags": dict(sorted(flags.items())),
-            "all": summarize_block(scored, seed),
+            "all": summarize_block(scored, seed, kinds(records)),
             "by_split": {
-                s: summarize_block([r for r in scored if r.meta.get("split") == s], seed) for s in splits
+                s: summarize_block(
+                    [r for r in scored if r.meta.get("split") == s],
+                    seed,
+                    kinds([r for r in records if r.meta.get("split") == s]),
+                )
+                for s in splits
             },
         },
     }

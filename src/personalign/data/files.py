@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,25 +32,43 @@ def _as_record(source: str, row: int, value: Any) -> RawRecord:
     return RawRecord(source, row, value)
 
 
+NOT_UTF8 = "is not UTF-8 text; re-save it as UTF-8 (e.g. iconv -t UTF-8) and try again"
+
+
+def _decode(path: Path, data: bytes, line_no: int | None, row: int | None) -> str:
+    """`data` as UTF-8, or a `DataError` naming the file, row, line and byte offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"line {line_no}, byte {exc.start}" if line_no is not None else f"byte {exc.start}"
+        raise DataError(str(path), row, None, f"{where} {NOT_UTF8}") from None
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DataError(str(path), None, None, f"cannot read it ({exc.strerror or exc})") from None
+
+
 def _read_jsonl(path: Path) -> Iterator[RawRecord]:
-    with path.open(encoding="utf-8") as handle:
-        row = 0
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    str(path), row, None, f"line {line_no} is not valid JSON ({exc.msg})"
-                ) from exc
-            yield _as_record(str(path), row, value)
-            row += 1
+    row = 0
+    for line_no, raw in enumerate(_read_bytes(path).split(b"\n"), start=1):
+        line = _decode(path, raw, line_no, row)
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(str(path), row, None, f"line {line_no} is not valid JSON ({exc.msg})") from exc
+        yield _as_record(str(path), row, value)
+        row += 1
 
 
 def _read_json(path: Path) -> Iterator[RawRecord]:
+    text = _decode(path, _read_bytes(path), None, None)
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(str(path), None, None, f"not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     if isinstance(value, list):
@@ -70,13 +89,25 @@ def _read_parquet(path: Path) -> Iterator[RawRecord]:
         yield _as_record(str(path), row, item)
 
 
+def json_files(directory: Path) -> list[Path]:
+    """The `.json` files of a directory source, in name order; warns naming any other file it skips."""
+    entries = sorted(directory.iterdir())
+    skipped = [f.name for f in entries if f.suffix != ".json" and not f.name.startswith(".")]
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        warnings.warn(
+            f"{directory}: skipping {len(skipped)} file(s) that are not .json: {shown}", stacklevel=3
+        )
+    return [f for f in entries if f.suffix == ".json" and f.is_file()]
+
+
 def read_records(path: str | Path) -> Iterator[RawRecord]:
     """Yield the records of a local file or directory of JSON files."""
     p = Path(path)
     if not p.exists():
         raise DataError(str(p), None, None, "no such file or directory")
     if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.suffix == ".json")
+        files = json_files(p)
         if not files:
             raise DataError(str(p), None, None, "directory holds no .json files")
         for f in files:
@@ -99,7 +130,7 @@ def file_sha256(path: str | Path) -> str:
     """sha256 of a file, or of a directory's `.json` files in name order."""
     p = Path(path)
     digest = hashlib.sha256()
-    files = sorted(f for f in p.iterdir() if f.suffix == ".json") if p.is_dir() else [p]
+    files = sorted(f for f in p.iterdir() if f.suffix == ".json" and f.is_file()) if p.is_dir() else [p]
     for f in files:
         with f.open("rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):

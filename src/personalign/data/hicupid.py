@@ -92,6 +92,7 @@ def group_dialogues(records: Iterable[RawRecord]) -> tuple[dict[int, HiCupidHist
     owner: dict[int, int] = {}
     order: dict[int, list[int]] = {}
     splits: dict[int, str] = {}
+    seen_turns: dict[tuple[int, int, str, str], RawRecord] = {}
     for record in records:
         user_id = _require(record, "user_id", int)
         dialogue_id = _require(record, "dialogue_id", int)
@@ -124,6 +125,15 @@ def group_dialogues(records: Iterable[RawRecord]) -> tuple[dict[int, HiCupidHist
             turns[key] = []
             types[key] = (kind, record)
             order.setdefault(user_id, []).append(dialogue_id)
+        first_turn = seen_turns.setdefault((user_id, dialogue_id, user, assistant), record)
+        if first_turn is not record:
+            raise DataError(
+                record.source,
+                record.row,
+                "user",
+                f"duplicate turn in dialogue {dialogue_id} of user {user_id}: the same user and "
+                f"assistant text as row {first_turn.row}",
+            )
         turns[key].append(HiCupidTurn(user=user, assistant=assistant))
         if isinstance(record.data.get("split"), str):
             splits.setdefault(user_id, record.data["split"])

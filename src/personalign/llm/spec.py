@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl
 
 from personalign.errors import ConfigError
 from personalign.llm.capabilities import Capabilities, base_capabilities, resolve_capabilities
+from personalign.redact import redact_text
 
 OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
     "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
@@ -109,9 +110,10 @@ class ModelSpec:
         return self.label + ("?" + "&".join(extra) if extra else "")
 
     def __str__(self) -> str:
+        """The spec as shown and stored: credentials in the base URL are redacted."""
         text = self.label
         if self.base_url and self.provider == "openai-compat":
-            text += f"@{self.base_url}"
+            text += f"@{redact_text(self.base_url)}"
         return text
 
     def to_record(self) -> dict[str, object]:
@@ -120,7 +122,7 @@ class ModelSpec:
             "spec": str(self),
             "provider": self.provider,
             "model": self.model,
-            "base_url": self.base_url,
+            "base_url": redact_text(self.base_url) if self.base_url else None,
             "key_env": self.key_env,
             "concurrency": self.concurrency,
             "timeout": self.timeout,
@@ -132,8 +134,12 @@ class ModelSpec:
 
 
 def parse_model_spec(text: str) -> ModelSpec:
-    """Parse a spec string; raises `ConfigError` with the reason when it is malformed."""
+    """Parse a spec string; raises `ConfigError` with the reason when it is malformed.
+
+    Error messages show the spec with credentials redacted (`redact_text`).
+    """
     raw = text.strip()
+    text = redact_text(text)  # from here on only for messages
     if "/" not in raw:
         raise ConfigError(
             f"model spec {text!r} must look like provider/model (providers: {', '.join(PROVIDERS)})"

@@ -34,6 +34,7 @@ from personalign.memory.store import (
     MemoryStore,
     NewSession,
     UnknownUserError,
+    check_text,
     session_source,
     validate_messages,
 )
@@ -185,6 +186,7 @@ class MemoryEngine:
         attaches each returned memory's change history (older versions of the same context).
         ``query_vector``: the request already encoded by the engine's embedder (saves the encoding).
         """
+        check_text(request, f"user {user_id!r} request", None, "request")
         with self._lock:
             return self._retrieve(
                 user_id, request, k_sessions, k_memories, include_history, include_superseded, query_vector

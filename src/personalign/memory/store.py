@@ -8,6 +8,8 @@ are kept with their validity interval; the ``memory_history`` table records each
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import sqlite3
 import threading
 import time
@@ -106,6 +108,31 @@ def factor_key(factor: str) -> str:
     return " ".join(sorted(set(tokenize(factor))))
 
 
+def check_text(value: Any, source: str, row: int | None, field: str) -> str:
+    """`value` as text that SQLite and the tokenizers can store: a str with no lone surrogates."""
+    if not isinstance(value, str):
+        raise DataError(source, row, field, f"expected a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(
+            source, row, field, f"not valid Unicode text (a lone surrogate at character {exc.start})"
+        ) from None
+    return value
+
+
+def check_time(value: Any, source: str, row: int | None, field: str) -> float | None:
+    """A timestamp: None (now) or a finite number of seconds since the epoch; never text or NaN."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy numbers are Real
+        got = f"{type(value).__name__} {value!r}"
+        raise DataError(source, row, field, f"expected seconds since the epoch (a number), got {got}")
+    if not math.isfinite(value):
+        raise DataError(source, row, field, f"expected a finite number, got {value!r}")
+    return float(value)
+
+
 def validate_messages(
     messages: Sequence[Any], *, source: str, limits: Limits = Limits()
 ) -> list[tuple[str, str]]:
@@ -133,6 +160,7 @@ def validate_messages(
             raise DataError(source, i, "role", f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
         if not isinstance(content, str) or not content.strip():
             raise DataError(source, i, "content", "message content must be a non-empty string")
+        check_text(content, source, i, "content")
         if len(content) > limits.max_chars_per_turn:
             raise DataError(
                 source,
@@ -224,6 +252,7 @@ class MemoryStore:
     def add_user(self, user_id: str, *, exist_ok: bool = True) -> None:
         if not isinstance(user_id, str) or not user_id.strip():
             raise DataError("user", None, "user_id", "user id must be a non-empty string")
+        check_text(user_id, "user", None, "user_id")
         if len(user_id) > self.limits.max_user_id_chars:
             raise DataError(
                 "user", None, "user_id", f"user id longer than {self.limits.max_user_id_chars} characters"
@@ -278,13 +307,19 @@ class MemoryStore:
                 f"user {user_id!r} session {label!r}" if label is not None else f"user {user_id!r} session"
             )
             pairs = validate_messages(new.messages, source=source, limits=self.limits)
+            if new.external_id is not None:
+                check_text(new.external_id, source, None, "external_id")
             try:
-                meta_json = json.dumps(dict(new.metadata or {}), ensure_ascii=False, sort_keys=True)
-            except TypeError as exc:
+                meta_json = json.dumps(
+                    dict(new.metadata or {}), ensure_ascii=False, sort_keys=True, allow_nan=False
+                )
+                meta_json.encode("utf-8")
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
                 raise DataError(
-                    source, None, "metadata", f"metadata must be JSON-serialisable: {exc}"
+                    source, None, "metadata", f"metadata must be JSON-serialisable text and numbers: {exc}"
                 ) from None
-            ts = time.time() if new.timestamp is None else float(new.timestamp)
+            stamp = check_time(new.timestamp, source, None, "timestamp")
+            ts = time.time() if stamp is None else stamp
             rows.append((new, source, pairs, meta_json, ts))
         ids: list[int] = []
         with self._write() as cur:
@@ -441,6 +476,11 @@ class MemoryStore:
                 raise DataError(where, i, "kind", f"kind must be one of {', '.join(MEMORY_KINDS)}")
             if len(content) > self.limits.max_chars_per_turn:
                 raise DataError(where, i, "content", "memory content exceeds the per-message limit")
+            check_text(content, where, i, "content")
+            for name in ("category", "context_factor"):
+                if item.get(name) is not None:
+                    check_text(item[name], where, i, name)
+        check_time(valid_from, where, None, "valid_from")
         ids: list[int] = []
         with self._write() as cur:
             self._require_user(user_id, cur)

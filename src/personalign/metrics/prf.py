@@ -4,7 +4,8 @@ precision = sum of match scores of inferred-checklist items against the gold pre
             / number of inferred-checklist items, summed over instances;
 recall    = sum of match scores of gold-checklist items against the inferred preference
             / number of gold-checklist items, summed over instances;
-F1 = 2PR / (P + R); a ratio with a zero denominator is 0.
+F1 = 2PR / (P + R); a ratio with a zero denominator is 0. Over no instances at all, nothing was
+measured: P, R and F1 are None (reports print "n/a", JSON null), never a measured 0.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ class MatchCounts:
 
 @dataclass(frozen=True)
 class PRF:
-    precision: float
-    recall: float
-    f1: float
+    precision: float | None  # None: no instance was scored
+    recall: float | None
+    f1: float | None
     n_instances: int
     n_pred: int
     matched_pred: float
@@ -71,7 +72,9 @@ def _pooled_columns(sums: FloatArray) -> FloatArray:
 def pooled_prf(
     counts: Sequence[MatchCounts], *, ci: bool = True, seed: int = 0, n_resamples: int = 2000
 ) -> PRF:
-    """Pooled P/R/F1 over `counts`, with percentile bootstrap 95% CIs over instances."""
+    """Pooled P/R/F1 over `counts`, with percentile bootstrap 95% CIs over instances (None over none)."""
+    if not counts:
+        return PRF(None, None, None, 0, 0, 0.0, 0, 0.0)
     n_pred = sum(c.n_pred for c in counts)
     n_gold = sum(c.n_gold for c in counts)
     matched_pred = sum(c.matched_pred for c in counts)

@@ -17,7 +17,8 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.benchpres import summarize
 from personalign.errors import ConfigError
-from personalign.report.tables import Cell, Table, write_tables
+from personalign.redact import safe
+from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 from personalign.types import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 
@@ -284,20 +285,22 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     console = console or Console()
     protocol = summary.get("protocol", "personalign")
     table = RichTable(
-        title=f"BenchPreS · {summary['models']['subject']} · {summary['condition']} · protocol {protocol}"
+        title=safe(
+            f"BenchPreS · {summary['models']['subject']} · {summary['condition']} · protocol {protocol}"
+        )
     )
     for column in ("", "MR %", "AAR %", "selectivity %", "n suppress / apply"):
         table.add_column(column)
 
     def fmt(value: Any) -> str:
-        return "–" if value is None else f"{100 * value:.1f}"
+        return NA if value is None else f"{100 * value:.1f}"
 
     groups = [("all", summary["all"])]
     groups += [(f"domain · {k}", v) for k, v in summary.get("by_domain", {}).items()]
     groups += [(f"category · {k}", v) for k, v in summary.get("by_category", {}).items()]
     for name, block in groups:
         table.add_row(
-            name,
+            safe(name),  # domains and categories come from the data
             fmt(block["mr"]),
             fmt(block["aar"]),
             fmt(block["selectivity"]),
@@ -309,7 +312,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     mean = completeness.get("mean")
     errors = summary.get("errors", {})
     console.print(
-        f"completeness {'–' if mean is None else f'{mean:.2f}'} (1-5, n={completeness.get('n', 0)}) · "
+        f"completeness {NA if mean is None else f'{mean:.2f}'} (1-5, n={completeness.get('n', 0)}) · "
         f"samples {summary['samples']} · errors: {len(errors.get('generation', {}))} responses, "
         f"{summary.get('n_judgement_errors', 0)} judgements, {len(errors.get('completeness', {}))} ratings"
     )
@@ -328,9 +331,9 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
         f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
         f"tokens {usage['tokens']:,}"
         + (f" ({reasoning:,} reasoning)" if reasoning else "")
-        + f" · cost ${usage['cost_usd']:.4f} · results in {run_dir}"
+        + f" · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
     )
     for warning in summary.get("warnings", []):
-        console.print(f"[yellow]warning: {warning}[/]")
+        console.print(f"[yellow]warning: {safe(warning)}[/]")
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")

@@ -16,7 +16,8 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.cupid import CupidConfig, summarize
 from personalign.errors import ConfigError
-from personalign.report.tables import Cell, Table, write_tables
+from personalign.redact import safe
+from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
 TYPES = ("consistent", "contrastive", "changing")
@@ -52,6 +53,11 @@ def _prf_cells(block: dict[str, Any], prefix: str) -> dict[str, Cell]:
         f"{prefix} R": Cell(block["recall"], _ci(block.get("recall_ci")), n),
         f"{prefix} F1": Cell(block["f1"], _ci(block.get("f1_ci")), n),
     }
+
+
+def _pct(value: float | None) -> str:
+    """A ratio as a percentage with one decimal; "n/a" when nothing was scored."""
+    return NA if value is None else f"{100 * value:.1f}"
 
 
 def _ci(value: Any) -> tuple[float, float] | None:
@@ -127,7 +133,7 @@ def write_report(tables: dict[str, Table], out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    table = RichTable(title=f"CUPID · {summary['models']['subject']} · context {summary['context']}")
+    table = RichTable(title=safe(f"CUPID · {summary['models']['subject']} · context {summary['context']}"))
     table.add_column("")
     table.add_column("n")
     table.add_column("errors")
@@ -141,12 +147,10 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             if not stats:
                 continue
             if task == "inference":
-                value = (
-                    f"{100 * stats['precision']:.1f} / {100 * stats['recall']:.1f} / {100 * stats['f1']:.1f}"
-                )
+                value = " / ".join(_pct(stats.get(k)) for k in ("precision", "recall", "f1"))
                 n = stats["n_instances"]
             else:
-                value = "–" if stats["mean"] is None else f"{stats['mean']:.2f}"
+                value = NA if stats["mean"] is None else f"{stats['mean']:.2f}"
                 n = stats["n"]
             errors = str(block["n_errors"]) if name == "all" else ""
             table.add_row(f"{task} · {name}", str(n), errors, value)
@@ -154,7 +158,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     usage = summary["usage"]
     console.print(
         f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
-        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {run_dir}"
+        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
     )
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")

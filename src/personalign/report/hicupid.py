@@ -18,7 +18,8 @@ from personalign.benchmarks.hicupid import TASK, summarize
 from personalign.context.hicupid import is_retrieval
 from personalign.errors import ConfigError
 from personalign.protocols.upstream import protocol_label
-from personalign.report.tables import Cell, Table
+from personalign.redact import safe
+from personalign.report.tables import NA, Cell, Table
 from personalign.retrieval.dense import DEFAULT_EMBEDDER
 from personalign.runs.store import RunDir
 
@@ -200,15 +201,17 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
     table = RichTable(
-        title=f"HiCUPID · {summary['models']['subject']} · {summary['method']} · context {summary['context']}"
-        f" · protocol {summary.get('protocol', 'personalign')}"
+        title=safe(
+            f"HiCUPID · {summary['models']['subject']} · {summary['method']} · context {summary['context']}"
+            f" · protocol {summary.get('protocol', 'personalign')}"
+        )
     )
     for column in ("split", "n", "Persona", "Schedule", "Multi-Info", "Total", "BLEU", "ROUGE-L"):
         table.add_column(column)
     block = summary[TASK]
 
     def pct(value: Any) -> str:
-        return "–" if value is None else f"{100 * value:.1f}"
+        return NA if value is None else f"{100 * value:.1f}"
 
     for name, stats in [("all", block["all"]), *sorted(block["by_split"].items())]:
         types = stats["by_type"]
@@ -237,10 +240,10 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     console.print(
         f"status {summary['status']} · errors {block['n_errors']} · calls {usage['calls']} · cache hits "
         f"{usage['cache_hits']} · tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · "
-        f"results in {run_dir}"
+        f"results in {safe(run_dir)}"
     )
     if block["n_errors"]:
         first = next(iter(block["errors"].items()))
-        console.print(f"[yellow]first error: {first[0]}: {first[1][:300]}[/]")
+        console.print(f"[yellow]first error: {safe(first[0])}: {safe(first[1][:300])}[/]")
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")

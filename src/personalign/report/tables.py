@@ -1,4 +1,8 @@
-"""A minimal table model rendered to Markdown and CSV rows."""
+"""A minimal table model rendered to Markdown and CSV rows.
+
+A cell whose value is None had no scored instance: it reads "n/a" in Markdown and CSV and is
+`null` in JSON, never a measured 0. A cell that is absent (that setting was not run) reads "–".
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+NA = "n/a"
+
 
 @dataclass
 class Cell:
-    value: float | None
+    value: float | None  # None: nothing scored (n = 0)
     ci: tuple[float, float] | None = None
     n: int | None = None
 
@@ -27,8 +33,10 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
     def fmt(self, cell: Cell | None) -> str:
-        if cell is None or cell.value is None:
+        if cell is None:
             return "–"
+        if cell.value is None:
+            return NA
         return f"{cell.value * self.scale:.{self.digits}f}"
 
     def to_markdown(self) -> str:
@@ -45,14 +53,14 @@ class Table:
         for name, cells in self.rows.items():
             for column in self.columns:
                 cell = cells.get(column)
-                if cell is None or cell.value is None:
+                if cell is None:
                     continue
                 out.append(
                     {
                         "table": self.title,
                         "row": name,
                         "column": column,
-                        "value": round(cell.value * self.scale, 4),
+                        "value": None if cell.value is None else round(cell.value * self.scale, 4),
                         "ci_low": round(cell.ci[0] * self.scale, 4) if cell.ci else None,
                         "ci_high": round(cell.ci[1] * self.scale, 4) if cell.ci else None,
                         "n": cell.n,
@@ -80,7 +88,7 @@ def write_tables(
             handle, fieldnames=["table", "row", "column", "value", "ci_low", "ci_high", "n"]
         )
         writer.writeheader()
-        writer.writerows(records)
+        writer.writerows({**r, "value": NA if r["value"] is None else r["value"]} for r in records)
     payload = {
         name: {"title": t.title, "notes": t.notes, "cells": t.to_records()} for name, t in tables.items()
     }

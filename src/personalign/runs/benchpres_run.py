@@ -30,7 +30,7 @@ from personalign.runs.health import health_section
 from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import RunOutcome, open_run
+from personalign.runs.runner import RunOutcome, locked_run
 from personalign.runs.store import RunDir
 from personalign.types import BenchPresRow
 
@@ -216,18 +216,18 @@ def run_benchpres(
     check_reasoning(config, factory)
     manifest = build_manifest(config, dataset, settings, factory)
     run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
-    open_run(run_dir, manifest)
-    items = expand(rows, config.samples)
-    outcome = asyncio.run(_execute(config, items, run_dir, factory, settings))
-    summary = write_summary(
-        run_dir,
-        config,
-        outcome.records,
-        outcome.status,
-        factory,
-        settings.seed,
-        {"selection": {"limit": settings.limit}},
-    )
+    with locked_run(run_dir, manifest):
+        items = expand(rows, config.samples)
+        outcome = asyncio.run(_execute(config, items, run_dir, factory, settings))
+        summary = write_summary(
+            run_dir,
+            config,
+            outcome.records,
+            outcome.status,
+            factory,
+            settings.seed,
+            {"selection": {"limit": settings.limit}},
+        )
     return RunResult(run_dir, outcome, summary)
 
 
@@ -269,19 +269,19 @@ def rescore_benchpres(
     new_manifest = build_manifest(config, dataset, settings, factory)
     new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
     run_dir = RunDir(settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}"))
-    open_run(run_dir, new_manifest)
 
     def kept(item_id: str) -> Mapping[str, StepRecord]:
         return {k: v for k, v in old_records[item_id].steps.items() if k in SUBJECT_STEPS}
 
-    outcome = asyncio.run(_execute(config, items, run_dir, factory, settings, previous_steps=kept))
-    summary = write_summary(
-        run_dir,
-        config,
-        outcome.records,
-        outcome.status,
-        factory,
-        settings.seed,
-        {"rescored_from": str(source)},
-    )
+    with locked_run(run_dir, new_manifest):
+        outcome = asyncio.run(_execute(config, items, run_dir, factory, settings, previous_steps=kept))
+        summary = write_summary(
+            run_dir,
+            config,
+            outcome.records,
+            outcome.status,
+            factory,
+            settings.seed,
+            {"rescored_from": str(source)},
+        )
     return RunResult(run_dir, outcome, summary)

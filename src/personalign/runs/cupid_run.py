@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import RunOutcome, open_run
+from personalign.runs.runner import RunOutcome, locked_run
 from personalign.runs.store import RunDir
 from personalign.types import CupidInstance
 
@@ -182,28 +183,29 @@ def run_cupid(
     finished = _finished_run(config, settings, data)
     if finished is not None:
         return finished
-    with long_lived_frozen():  # the dataset is never garbage during the run: keep the GC off it
-        with building_long_lived():
-            dataset = load_cupid(data)
-        instances = select(dataset.instances, settings)
-        if not instances:
-            raise ConfigError("no instances selected (check --instance-type and --limit)")
-        factory = factory or make_factory(settings)
-        manifest = build_manifest(config, dataset, settings, factory)
-        run_dir = RunDir(
-            settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root)
+    with ExitStack() as held:
+        with long_lived_frozen():  # the dataset is never garbage during the run: keep the GC off it
+            with building_long_lived():
+                dataset = load_cupid(data)
+            instances = select(dataset.instances, settings)
+            if not instances:
+                raise ConfigError("no instances selected (check --instance-type and --limit)")
+            factory = factory or make_factory(settings)
+            manifest = build_manifest(config, dataset, settings, factory)
+            run_dir = RunDir(
+                settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root)
+            )
+            held.enter_context(locked_run(run_dir, manifest))
+            outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
+        summary = write_summary(
+            run_dir,
+            config,
+            outcome.records,
+            outcome.status,
+            factory,
+            settings.seed,
+            {"selection": _selection(settings)},
         )
-        open_run(run_dir, manifest)
-        outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
-    summary = write_summary(
-        run_dir,
-        config,
-        outcome.records,
-        outcome.status,
-        factory,
-        settings.seed,
-        {"selection": _selection(settings)},
-    )
     return RunResult(run_dir, outcome, summary)
 
 
@@ -249,20 +251,20 @@ def rescore_cupid(
     new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
     target = settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}")
     run_dir = RunDir(target)
-    open_run(run_dir, new_manifest)
 
     def kept(instance_id: str) -> Mapping[str, StepRecord]:
         steps = old_records[instance_id].steps
         return {k: v for k, v in steps.items() if k in SUBJECT_STEPS or k.startswith("summary/")}
 
-    outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings, previous_steps=kept))
-    summary = write_summary(
-        run_dir,
-        config,
-        outcome.records,
-        outcome.status,
-        factory,
-        settings.seed,
-        {"rescored_from": str(source)},
-    )
+    with locked_run(run_dir, new_manifest):
+        outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings, previous_steps=kept))
+        summary = write_summary(
+            run_dir,
+            config,
+            outcome.records,
+            outcome.status,
+            factory,
+            settings.seed,
+            {"rescored_from": str(source)},
+        )
     return RunResult(run_dir, outcome, summary)

@@ -28,7 +28,7 @@ from personalign.runs.health import health_section
 from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import RunOutcome, open_run
+from personalign.runs.runner import RunOutcome, locked_run
 from personalign.runs.store import RunDir
 from personalign.types_hicupid import QA_SPLITS, QUESTION_TYPES, TEST_SPLITS, HiCupidQA
 
@@ -257,17 +257,17 @@ def run_hicupid(
     benchmark.check(questions)
     manifest = build_manifest(config, dataset, settings, factory, benchmark.paper)
     run_dir = RunDir(settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root))
-    open_run(run_dir, manifest)
-    outcome = asyncio.run(_execute(benchmark, questions, run_dir, factory, settings))
-    summary = write_summary(
-        run_dir,
-        config,
-        outcome.records,
-        outcome.status,
-        factory,
-        settings.seed,
-        {"selection": settings.selection()},
-    )
+    with locked_run(run_dir, manifest):
+        outcome = asyncio.run(_execute(benchmark, questions, run_dir, factory, settings))
+        summary = write_summary(
+            run_dir,
+            config,
+            outcome.records,
+            outcome.status,
+            factory,
+            settings.seed,
+            {"selection": settings.selection()},
+        )
     return HiCupidRunResult(run_dir, outcome, summary)
 
 
@@ -309,14 +309,14 @@ def rescore_hicupid(
     new_manifest["selection"] = manifest.get("selection")
     new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
     run_dir = RunDir(settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}"))
-    open_run(run_dir, new_manifest)
 
     def kept(instance_id: str) -> Mapping[str, StepRecord]:
         steps = old_records[instance_id].steps
         return {k: v for k, v in steps.items() if k in SUBJECT_STEPS}
 
-    outcome = asyncio.run(_execute(benchmark, questions, run_dir, factory, settings, previous_steps=kept))
-    summary = write_summary(
-        run_dir, config, outcome.records, outcome.status, factory, seed, {"rescored_from": str(source)}
-    )
+    with locked_run(run_dir, new_manifest):
+        outcome = asyncio.run(_execute(benchmark, questions, run_dir, factory, settings, previous_steps=kept))
+        summary = write_summary(
+            run_dir, config, outcome.records, outcome.status, factory, seed, {"rescored_from": str(source)}
+        )
     return HiCupidRunResult(run_dir, outcome, summary)

@@ -7,11 +7,13 @@ Each benchmark's ``*_run.py`` keeps only what is its own: selection, identity, m
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
 from personalign.llm.spec import parse_model_spec
 from personalign.runs.manifest import identity_hash
@@ -48,9 +50,23 @@ class CacheSettings(Protocol):
     def prices(self) -> Path | None: ...
 
 
+def open_cache(path: Path) -> CallCache:
+    """The call cache at `path`; a folder, a file that is not SQLite or an unwritable place is a
+    `ConfigError` naming the path and what to do."""
+    if path.is_dir():
+        raise ConfigError(f"--cache {path} is a directory; give a file path, e.g. {path / 'calls.sqlite'}")
+    try:
+        return CallCache(path)
+    except (sqlite3.DatabaseError, OSError) as exc:
+        raise ConfigError(
+            f"--cache {path} cannot be used as the call cache ({exc}); point --cache at a new file, "
+            "or at a cache personalign wrote"
+        ) from None
+
+
 def make_factory(settings: CacheSettings) -> ModelFactory:
     """One factory per run: the shared call cache, usage tracker (with the budget) and price table."""
-    cache = CallCache(settings.cache_path or default_cache_path()) if settings.use_cache else None
+    cache = open_cache(settings.cache_path or default_cache_path()) if settings.use_cache else None
     return ModelFactory(
         cache=cache,
         tracker=UsageTracker(max_cost_usd=settings.max_cost_usd),

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from personalign.errors import ConfigError
 from personalign.llm.usage import UsageTracker
 from personalign.runs.manifest import identity_diff, now
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.store import RunDir
+from personalign.runs.store import RunDir, ensure_directory
 
 InstanceT = TypeVar("InstanceT")
 InstanceT_contra = TypeVar("InstanceT_contra", contravariant=True)
@@ -59,6 +61,38 @@ def open_run(run_dir: RunDir, manifest: dict[str, Any], *, resume: bool = True) 
         return True
     run_dir.write_manifest({**manifest, "created": now()})
     return False
+
+
+@contextmanager
+def locked_run(run_dir: RunDir, manifest: dict[str, Any], *, resume: bool = True) -> Iterator[bool]:
+    """Lock the run directory for the block and open the run in it (`open_run`); yields whether resuming.
+
+    A second process on the same directory is refused at once (`RunLockedError`). When the block
+    fails before any instance was saved, whatever this call created (directories, manifest, lock
+    file) is removed again, so a refused run leaves nothing behind.
+    """
+    created = ensure_directory(run_dir.path)
+    had_manifest, had_lock = run_dir.manifest_path.exists(), run_dir.lock_path.exists()
+    with run_dir.lock():
+        try:
+            yield open_run(run_dir, manifest, resume=resume)
+        except BaseException:
+            if not had_manifest and not run_dir.samples_path.exists():
+                _discard(run_dir, created, keep_lock=had_lock)
+            raise
+
+
+def _discard(run_dir: RunDir, created: Sequence[Path], *, keep_lock: bool) -> None:
+    """Remove what a refused run created: its manifest, its lock file and the directories it made."""
+    paths = [run_dir.manifest_path, run_dir.summary_path] + ([] if keep_lock else [run_dir.lock_path])
+    for path in paths:
+        with suppress(OSError):
+            path.unlink(missing_ok=True)
+    for directory in created:  # innermost first; stops at the first that is not empty
+        try:
+            directory.rmdir()
+        except OSError:
+            break
 
 
 class Runner(Generic[InstanceT]):

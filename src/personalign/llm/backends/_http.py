@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from personalign.errors import ConfigError, ModelCallError
+from personalign.redact import redact_secret
 
 if TYPE_CHECKING:  # httpx costs ~40 ms to import; plain-http endpoints never need it
     import httpx
@@ -41,7 +42,8 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
+    """`text` without the API key, URL credentials or secret-looking query values."""
+    return redact_secret(text, secret)
 
 
 def status_error(response: httpx.Response, label: str, secret: str | None) -> ModelCallError:
@@ -64,4 +66,4 @@ def http_status_error(
 
 def transport_error(exc: httpx.HTTPError, label: str) -> ModelCallError:
     kind = type(exc).__name__
-    return ModelCallError(f"{label}: {kind}: {exc}", retryable=True)
+    return ModelCallError(scrub(f"{label}: {kind}: {exc}", None), retryable=True)
