@@ -112,3 +112,17 @@ def test_breakdown_groups_by_key() -> None:
     by_category = breakdown(items, lambda x: x.category)
     assert by_category["role"]["mr"] == 0.5 and by_category["role"]["aar"] is None
     assert by_category["style"]["aar"] == 1.0
+
+
+def test_selectivity_ci_uses_one_minus_mr() -> None:
+    # Identical rows: every resample has MR 1/4 and AAR 1/2, so the CI collapses onto the
+    # estimate 2 * 0.5 * 0.75 / 1.25 = 0.6 (from MR instead of 1 - MR it would be 1/3).
+    items = []
+    for k in range(6):
+        items += [j(f"r{k}", False, True)] + [j(f"r{k}", False, False)] * 3
+        items += [j(f"r{k}", True, True), j(f"r{k}", True, False)]
+    scores = selectivity_scores(items, n_resamples=50)
+    assert scores.selectivity == pytest.approx(0.6)
+    assert scores.selectivity_ci == (pytest.approx(0.6), pytest.approx(0.6))
+    assert scores.mr_ci == (pytest.approx(0.25), pytest.approx(0.25))
+    assert scores.aar_ci == (pytest.approx(0.5), pytest.approx(0.5))

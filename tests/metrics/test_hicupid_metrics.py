@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import logging
+import math
+
 import pytest
 
 from personalign.metrics.agreement import cohen_kappa
@@ -74,3 +77,25 @@ def test_cohen_kappa_by_hand() -> None:
     assert cohen_kappa(["a", "b"], ["b", "a"]).kappa == pytest.approx(-1.0)
     with pytest.raises(ValueError):
         cohen_kappa(["a"], [])
+
+
+def test_bleu_exact_values_by_hand() -> None:
+    """Sentence BLEU, 4-gram, 13a tokens, add-one smoothing of orders 2-4, brevity penalty."""
+    ref = "the cat sat on a mat."
+    # 13a splits off the final period: 7 tokens each. Clipped matches: 1-grams 6/7, 2-grams 4/6,
+    # 3-grams 2/5, 4-grams 1/4; add-one on orders 2-4 gives 6/7 * 5/7 * 3/6 * 2/5 = 6/49.
+    assert bleu("the cat sat on the mat.", ref) == pytest.approx((6 / 49) ** 0.25)
+    # Shorter than the reference (4 tokens for 7): 4/4, 2/3 -> 3/4, 1/2 -> 2/3, 0/1 -> 1/2, times
+    # the brevity penalty exp(1 - 7/4).
+    shorter = bleu("the cat sat.", "the cat sat on the mat.")
+    assert shorter == pytest.approx(math.exp(1 - 7 / 4) * 0.25**0.25)
+    # A two-token answer: orders 3 and 4 have no n-grams, and add-one makes each 1/1.
+    assert bleu("hello there", "hello there friend") == pytest.approx(math.exp(1 - 3 / 2) * (2 / 2) ** 0.25)
+
+
+def test_bleu_logs_no_warning_per_sentence(caplog: pytest.LogCaptureFixture) -> None:
+    # With add-one smoothing every order has n-grams, so effective order cannot change a score;
+    # without it sacrebleu warns on every sentence, which would flood a run's log.
+    with caplog.at_level(logging.WARNING):
+        bleu("a short answer", "a short reference answer")
+    assert caplog.records == []
