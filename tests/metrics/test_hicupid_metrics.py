@@ -99,3 +99,25 @@ def test_bleu_logs_no_warning_per_sentence(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING):
         bleu("a short answer", "a short reference answer")
     assert caplog.records == []
+
+
+def test_total_from_types_is_none_when_any_one_type_is_missing() -> None:
+    full = {"persona": 0.4, "schedule": 0.2, "profile": 0.1}
+    for missing in full:
+        assert total_from_types({k: v for k, v in full.items() if k != missing}) is None
+        assert total_from_types({**full, missing: None}) is None
+
+
+def test_cohen_kappa_with_a_label_only_one_rater_used() -> None:
+    # p_o = 2/4; rater b never says "tie": p_e = (2*2 + 1*2 + 1*0) / 16 = 6/16
+    result = cohen_kappa(["win", "win", "loss", "tie"], ["win", "loss", "loss", "win"])
+    assert result.n == 4 and result.agreement == pytest.approx(0.5)
+    assert result.kappa == pytest.approx((0.5 - 6 / 16) / (1 - 6 / 16))
+    assert result.to_record() == {"n": 4, "agreement": 0.5, "kappa": result.kappa}
+
+
+def test_cohen_kappa_undefined_keeps_n_and_agreement() -> None:
+    result = cohen_kappa(["x", "x", "x"], ["x", "x", "x"])
+    assert (result.n, result.agreement, result.kappa) == (3, 1.0, None)
+    with pytest.raises(ValueError, match=r"rater label lists differ in length \(2 vs 1\)"):
+        cohen_kappa(["a", "b"], ["a"])

@@ -86,3 +86,15 @@ def test_each_cell_equals_its_summary_value(runs: dict[str, tuple[Path, dict[str
     for column, block in means.items():
         assert_cell(cells3[column], block, "mean", "ci", "n")
     assert set(cells3) == set(t3.columns)
+
+
+def test_tables_show_percent_and_score_scales(runs: dict[str, tuple[Path, dict[str, Any]]]) -> None:
+    tables = build_report([runs["full"][0]])
+    t1, t3 = tables["table1"], tables["table3"]
+    assert t1.title == "Table 1: preference inference (precision, recall, F1, %)"
+    assert t3.title == "Table 3: response generation (judge score 1-10)"
+    full = runs["full"][1]
+    cells1, cells3 = next(iter(t1.rows.values())), next(iter(t3.rows.values()))
+    assert t1.fmt(cells1["All R"]) == f"{100 * full['inference']['all']['recall']:.1f}"
+    assert t3.fmt(cells3["All"]) == f"{full['generation']['all']['mean']:.2f}"
+    assert f"| {t1.fmt(cells1['All P'])} |" in t1.to_markdown()
