@@ -89,6 +89,7 @@ def test_model_slot_is_seeded_per_question_and_balanced() -> None:
     ids = [f"test_1/{u}#{q}" for u in range(50) for q in range(10)]
     slots = [model_slot(42, i) for i in ids]
     assert slots == [model_slot(42, i) for i in ids]  # deterministic
+    assert set(slots) == {"A", "B"}
     assert 0.4 < slots.count("A") / len(slots) < 0.6  # about half in each position
     assert slots != [model_slot(7, i) for i in ids]  # the seed matters
 
@@ -149,3 +150,15 @@ def test_unparseable_verdicts_say_which_judge_and_why(parse: Any, text: str, mes
     with pytest.raises(ParseError) as info:
         parse(text)
     assert str(info.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        # JSON escapes the key regex cannot read: the parsed field decides
+        ('{"verdict": "\\u0042"}', "B"),
+        ('{"better_response": "\\u0074IE"}', "Tie"),
+    ],
+)
+def test_ab_verdict_from_a_json_field_the_regex_cannot_read(text: str, verdict: str) -> None:
+    assert parse_ab_verdict(text) == verdict

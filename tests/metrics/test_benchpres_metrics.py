@@ -126,3 +126,12 @@ def test_selectivity_ci_uses_one_minus_mr() -> None:
     assert scores.selectivity_ci == (pytest.approx(0.6), pytest.approx(0.6))
     assert scores.mr_ci == (pytest.approx(0.25), pytest.approx(0.25))
     assert scores.aar_ci == (pytest.approx(0.5), pytest.approx(0.5))
+
+
+def test_breakdown_passes_its_seed_to_the_bootstrap() -> None:
+    items = [j(f"r{k}", k % 3 == 0, k % 2 == 0, domain="health") for k in range(30)]
+    for seed in (0, 5):
+        group = breakdown(items, lambda x: x.domain, seed=seed)["health"]
+        assert group == selectivity_scores(items, seed=seed).to_record()
+    assert breakdown(items, lambda x: x.domain)["health"]["mr_ci"] == selectivity_scores(items).mr_ci
+    assert breakdown(items, lambda x: x.domain, seed=5)["health"]["mr_ci"] != selectivity_scores(items).mr_ci

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict
         ("full", "both", None),
         ("oracle", "both", 7),
         ("gold-preference", "generation", 4),
+        ("summaries", "inference", 2),
     ):
         config = CupidConfig(**MODELS, task=task, context=context)  # type: ignore[arg-type]
         settings = RunSettings(
@@ -57,7 +59,7 @@ def assert_cell(cell: Cell, block: dict[str, Any], value_key: str, ci_key: str, 
 
 
 def test_each_cell_equals_its_summary_value(runs: dict[str, tuple[Path, dict[str, Any]]]) -> None:
-    tables = build_report([path for path, _ in runs.values()])
+    tables = build_report([runs[c][0] for c in ("full", "oracle", "gold-preference")])
     full, oracle, gold = (runs[c][1] for c in ("full", "oracle", "gold-preference"))
     # The runs must differ, or a value in the wrong column would go unnoticed.
     assert full["inference"]["all"]["precision"] != full["inference"]["all"]["recall"]
@@ -98,3 +100,44 @@ def test_tables_show_percent_and_score_scales(runs: dict[str, tuple[Path, dict[s
     assert t1.fmt(cells1["All R"]) == f"{100 * full['inference']['all']['recall']:.1f}"
     assert t3.fmt(cells3["All"]) == f"{full['generation']['all']['mean']:.2f}"
     assert f"| {t1.fmt(cells1['All P'])} |" in t1.to_markdown()
+
+
+def test_rows_merge_oracle_and_gold_runs_and_keep_summaries_apart(
+    runs: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    tables = build_report([path for path, _ in runs.values()])
+    judged = "[judged by scripted/j]"
+    assert list(tables["table1"].rows) == [f"scripted/s {judged}", f"scripted/s (summaries) {judged}"]
+    assert list(tables["table3"].rows) == [f"scripted/s {judged}"]
+    summaries = tables["table1"].rows[f"scripted/s (summaries) {judged}"]
+    assert summaries["All F1"].value == runs["summaries"][1]["inference"]["all"]["f1"]
+
+
+def test_errors_and_notice_become_notes_once(
+    runs: dict[str, tuple[Path, dict[str, Any]]], tmp_path: Path
+) -> None:
+    paths = []
+    for name in ("full", "oracle"):
+        path = tmp_path / name
+        shutil.copytree(runs[name][0], path)
+        summary = json.loads((path / "summary.json").read_text())
+        summary["notice"] = "A tiny model wrote these."
+        summary["inference"]["n_errors"] = 2
+        summary["generation"]["n_errors"] = 1
+        del summary["inference"]["by_type"], summary["generation"]["by_type"]
+        (path / "summary.json").write_text(json.dumps(summary))
+        paths.append(path)
+    tables = build_report(paths)
+    row = "scripted/s [judged by scripted/j]"
+    assert tables["table1"].notes == [
+        f"{row}: 2 instance(s) not scored because of errors ({paths[0]}).",
+        "Note: A tiny model wrote these.",
+        f"{row}: 2 instance(s) not scored because of errors ({paths[1]}).",
+    ]
+    assert tables["table3"].notes == [
+        f"{row}: 1 instance(s) not scored because of errors ({paths[0]}).",
+        "Note: A tiny model wrote these.",
+        f"{row}: 1 instance(s) not scored because of errors ({paths[1]}).",
+    ]
+    consistent = tables["table1"].rows[row].get("Consistent P")
+    assert consistent is None or consistent.value is None  # no per-type block: no per-type value

@@ -87,3 +87,26 @@ def test_table_scales_rounds_and_lists_cells() -> None:
             "n": None,
         },
     ]
+
+
+def test_hicupid_cells_for_blocks_without_some_types() -> None:
+    assert set(_score_cells({"bleu": 0.1, "rouge_l": 0.2, "total": None, "n": 0})) >= {"BLEU", "ROUGE-L"}
+    assert all(cell.value is None for cell in _wtl_cells({"n": 0}).values())
+    # no persona questions: the schedule and multi-info columns are still filled
+    block = {
+        "by_type": {
+            "schedule": {"mean": 1.0, "n": 2, "win": 1.0, "tie": 0.0, "loss": 0.0},
+            "profile": {"mean": 0.5, "n": 3, "win": 0.0, "tie": 1.0, "loss": 0.0},
+        }
+    }
+    wtl = _wtl_cells(block)
+    assert wtl["Schedule YES"] == Cell(1.0, None, 2)
+    assert wtl["Multi-Info T"] == Cell(1.0, None, 3)
+    assert _score_cells(block)["Multi-Info"] == Cell(0.5, None, 3)
+
+
+def test_table_records_round_to_four_decimals() -> None:
+    table = Table("T", ["A"], scale=100.0)
+    table.rows["r"] = {"A": Cell(0.12345678, (0.11111111, 0.18888888), 2)}
+    record = table.to_records()[0]
+    assert (record["value"], record["ci_low"], record["ci_high"]) == (12.3457, 11.1111, 18.8889)
