@@ -452,3 +452,65 @@ def test_match_schemas_in_full() -> None:
         "properties": {"results": {"type": "array", "items": entry, "minItems": 2, "maxItems": 2}},
         "required": ["results"],
     }
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (parse_checklist, '{"checklist": []}', "decomposer: 'checklist' must be a non-empty list"),
+        (
+            parse_checklist,
+            '{"checklist": ["ok", " "]}',
+            "decomposer: checklist item 2 is not a non-empty string",
+        ),
+        (parse_checklist, "[1]", "decomposer: expected a JSON object, got list"),
+        (
+            lambda t: parse_match(t, 1),
+            '{"results": [{"index": 1, "label": 3}]}',
+            "matcher: label 3 is not a string",
+        ),
+        (
+            lambda t: parse_match(t, 1),
+            '{"results": [{"index": 1, "label": "Mostly"}]}',
+            "matcher: unknown label 'Mostly' "
+            "(expected one of ['Fully Covered', 'Partially Covered', 'Not Covered'])",
+        ),
+        (
+            lambda t: parse_match(t, 1),
+            "[1]",
+            "matcher: expected a JSON object with a \"results\" list, got '[1]'",
+        ),
+        (
+            lambda t: parse_match(t, 1, "prefmatcher"),
+            '{"x": 1}',
+            "matcher: expected a JSON list, got \"{'x': 1}\"",
+        ),
+        (
+            lambda t: parse_match(t, 2),
+            '{"results": [{"label": "Not Covered"}]}',
+            "matcher: 1 labels for 2 checklist items",
+        ),
+        (lambda t: parse_match(t, 1), '{"results": ["Not Covered"]}', "matcher: entry 1 is not an object"),
+        (
+            lambda t: parse_match(t, 1),
+            '{"results": [{"index": 3, "label": "Not Covered"}]}',
+            "matcher: entry 1 has index 3, outside 1..1",
+        ),
+    ],
+)
+def test_judge_parse_errors_say_which_role_and_what(parse: Any, text: str, message: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse(text)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Most likely preference: Lead with counts.",  # a colon marks the header
+        "Most Likely Preference**: Lead with counts.",  # a colon after a closing emphasis
+        '## Most Likely Preference\n"__Lead__ with counts."',  # quotes and underscores go
+    ],
+)
+def test_preference_header_variants_and_cleaning(text: str) -> None:
+    assert parse_inferred_preference(text) == "Lead with counts."
