@@ -64,7 +64,8 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
             judge=spec,
             context="memory",
             subject_max_tokens=96,
-            judge_max_tokens=200,
+            # room for four matcher entries with their reasons (200 tokens truncated them)
+            judge_max_tokens=512,
         )
         settings = RunSettings(
             run_dir=tmp_path / "run", limit=1, cache_path=tmp_path / "cache.sqlite", progress=False

@@ -514,3 +514,4 @@ def test_judge_parse_errors_say_which_role_and_what(parse: Any, text: str, messa
 )
 def test_preference_header_variants_and_cleaning(text: str) -> None:
     assert parse_inferred_preference(text) == "Lead with counts."
+    assert parse_inferred_preference("Most Likely Preference: Call me REX") == "Call me REX"

@@ -1,8 +1,11 @@
-"""Shared parsing helpers: error snippets of model output."""
+"""Shared parsing helpers: finding the JSON in a model's output, and error snippets of it."""
 
 from __future__ import annotations
 
-from personalign.judges.parsing import snippet
+import pytest
+
+from personalign.errors import ParseError
+from personalign.judges.parsing import extract_json, snippet
 
 
 def test_snippet_folds_whitespace_and_cuts_long_text_to_the_limit() -> None:
@@ -11,3 +14,16 @@ def test_snippet_folds_whitespace_and_cuts_long_text_to_the_limit() -> None:
     assert snippet("x" * 121) == "x" * 117 + "..."
     assert snippet("abcdefghij", limit=8) == "abcde..."
     assert len(snippet("word " * 100)) == 120
+
+
+def test_extract_json_tries_every_fence_then_every_bracket() -> None:
+    fenced = '```\n{bad\n```\nprose [1, 2]\n```json\n{"a": 1}\n```'
+    assert extract_json(fenced) == {"a": 1}  # the second fence, not the bracket in the prose
+    assert extract_json('Here {not json} and then {"a": 1}') == {"a": 1}
+
+
+def test_extract_json_errors_say_what_was_missing() -> None:
+    with pytest.raises(ParseError, match=r"^empty output where JSON was expected$"):
+        extract_json("  \n ")
+    with pytest.raises(ParseError, match=r"^no JSON value found in output: 'just prose \{'$"):
+        extract_json("just prose {")

@@ -229,3 +229,9 @@ def test_selectivity_ci_collapses_for_identical_rows_over_two_samples() -> None:
     assert (scores.mr, scores.aar) == (pytest.approx(0.375), pytest.approx(0.75))
     assert scores.selectivity_ci == (pytest.approx(2 * aar * keep / (aar + keep)),) * 2
     assert scores.mr_ci == (pytest.approx(0.375),) * 2 and scores.aar_ci == (pytest.approx(0.75),) * 2
+
+
+def test_selectivity_ci_is_none_when_mr_is_undefined() -> None:
+    no_suppress = selectivity_scores([j(f"r{k}", True, k % 2 == 0) for k in range(6)])
+    assert no_suppress.mr is None and no_suppress.aar_ci is not None
+    assert no_suppress.selectivity is None and no_suppress.selectivity_ci is None

@@ -43,7 +43,7 @@ def test_mean_ci_brackets_the_mean_of_a_known_sample() -> None:
 
 
 def test_ci_is_the_percentile_interval_of_the_seeded_resamples() -> None:
-    values = np.array([0.0, 1.0, 1.0, 3.0, 5.0, 8.0])
+    values = np.random.default_rng(9).normal(size=40)  # continuous: every resample mean differs
 
     def expected(seed: int, n_resamples: int, confidence: float) -> tuple[float, float]:
         means = mean_statistic(resample_sums(values[:, None], n_resamples, seed), len(values))

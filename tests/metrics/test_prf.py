@@ -10,6 +10,7 @@ import pytest
 
 from personalign.benchmarks.cupid import summarize
 from personalign.metrics import MatchCounts, instance_prf, pooled_prf
+from personalign.metrics.bootstrap import resample_sums
 from personalign.metrics.prf import _pooled_columns
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 
@@ -285,3 +286,14 @@ def test_pooled_columns_by_hand_without_warnings() -> None:
 def test_pooled_prf_ci_defaults_are_seed_0_and_2000_resamples() -> None:
     assert pooled_prf(varied_counts()) == pooled_prf(varied_counts(), seed=0, n_resamples=2000)
     assert pooled_prf(varied_counts()) != pooled_prf(varied_counts(), seed=1)
+
+
+def test_pooled_prf_cis_are_the_percentiles_of_each_metric() -> None:
+    counts = varied_counts() * 3
+    table = np.array([[c.n_pred, c.matched_pred, c.n_gold, c.matched_gold] for c in counts], dtype=float)
+    resampled = _pooled_columns(resample_sums(table, 500, 3))
+    prf = pooled_prf(counts, seed=3, n_resamples=500)
+    for k, ci in enumerate((prf.precision_ci, prf.recall_ci, prf.f1_ci)):
+        lo, hi = np.quantile(resampled[:, k], [0.025, 0.975])
+        assert ci == (float(lo), float(hi))
+    assert len({prf.precision_ci, prf.recall_ci, prf.f1_ci}) == 3
