@@ -27,3 +27,16 @@ def test_extract_json_errors_say_what_was_missing() -> None:
         extract_json("  \n ")
     with pytest.raises(ParseError, match=r"^no JSON value found in output: 'just prose \{'$"):
         extract_json("just prose {")
+
+
+def test_extract_json_reads_raw_newlines_inside_strings() -> None:
+    # SmolLM2 under a JSON grammar wrote this matcher reply; strict JSON rejects the raw newlines,
+    # and the old scan then returned the first nested entry instead of the whole object.
+    text = (
+        '{"results": [{"index": 1, "reasoning": "Same opening.", "label": "Partially Covered"},'
+        ' {"index": 2, "reasoning": "Part of it}}\n\nPreference: x\nChecklist:\n1", "label": "Not Covered"}]}'
+    )
+    value = extract_json(text)
+    assert [entry["label"] for entry in value["results"]] == ["Partially Covered", "Not Covered"]
+    assert value["results"][1]["reasoning"] == "Part of it}}\n\nPreference: x\nChecklist:\n1"
+    assert extract_json('```json\n{"a": "line one\nline two"}\n```') == {"a": "line one\nline two"}
