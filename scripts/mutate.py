@@ -27,7 +27,7 @@ SCOPE = (
     "personalign.judges.*",
     "personalign.memory.supersession.*",
     # llm/cache.py: the key only (the rest is SQLite and threads); json_string is memoized with
-    # functools.cache, and mutmut does not mutate decorated functions.
+    # functools.lru_cache, and mutmut does not mutate decorated functions.
     "personalign.llm.cache.x_cache_key*",
     "personalign.llm.cache.x_config_json*",
     # report/: the cells (values, CIs, n, and which column each lands in), not file writing or printing

@@ -58,3 +58,13 @@ def test_ci_is_the_percentile_interval_of_the_seeded_resamples() -> None:
     assert bootstrap_ci(values, stat, seed=4, n_resamples=300, confidence=0.8) == expected(4, 300, 0.8)
     assert bootstrap_ci(values[:2], stat) is not None  # two instances are enough
     assert bootstrap_ci(values[:1], stat) is None
+
+
+def test_resample_sums_equal_a_plain_gather_of_the_same_draws() -> None:
+    data = np.random.default_rng(1).normal(size=(9, 2))
+    rng = np.random.default_rng(5)
+    expected = []
+    for start in range(0, 300, RESAMPLE_BLOCK):  # blocks of 128 draws, the last one partial
+        rows = rng.integers(0, 9, size=(min(RESAMPLE_BLOCK, 300 - start), 9))
+        expected.append(data[rows].sum(axis=1))
+    assert resample_sums(data, 300, seed=5) == pytest.approx(np.concatenate(expected))
