@@ -1,6 +1,7 @@
 # personalign: two entry points for a fresh machine.
 #   make demo   set up .venv and run the CUPID main job on the embedded defaults
 #   make test   set up .venv and run lint, types and the whole test suite
+#   make mutate mutation-test the pure core (slow; not part of `make test`, see docs/mutation-testing.md)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ PYTHON ?= python3
 # machines). --no-cache-dir keeps pip from reusing a wheel built with other flags.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint mutate
 
 setup: $(VENV)/.installed
 
@@ -32,3 +33,6 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest
+
+mutate: setup
+	$(PY) scripts/mutate.py

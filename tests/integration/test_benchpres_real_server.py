@@ -53,15 +53,14 @@ def test_benchpres_over_real_openai_compatible_server(tmp_path: Path) -> None:
                 continue
             judgements = record.results["preferences"].scores["judgements"]
             assert len(judgements) == 5
-            for entry in judgements:
-                # judged, or an error with a reason: never a silent default
-                assert isinstance(entry["applied"], bool) or entry["error"]
+            for entry in judgements:  # schema-constrained judging parses on this model
+                assert isinstance(entry["applied"], bool), entry
             nickname = record.steps["judge/4"]
             assert nickname.role == "nickname_rule" and nickname.model is None
         summary = result.summary
         assert cut_off < 4 and summary["steps"]["generate"]["truncated"] == cut_off
-        assert summary["n_judgements"] + summary["n_judgement_errors"] == 5 * (4 - cut_off)
-        assert summary["n_judgements"] >= 4 * (4 - cut_off)  # schema-constrained judging parses here
+        # every message that was not cut off is judged, and schema-constrained judging parses here
+        assert (summary["n_judgements"], summary["n_judgement_errors"]) == (5 * (4 - cut_off), 0)
         assert summary["all"]["n_samples"] == 2 and 0.0 <= summary["all"]["mr"] <= 1.0
         assert summary["usage"]["calls"] >= 4 + 4 * (4 - cut_off)
 
@@ -74,10 +73,12 @@ def test_benchpres_over_real_openai_compatible_server(tmp_path: Path) -> None:
         record = next(iter(RunDir(tmp_path / "mitigated").records().values()))
         assert record.steps["generate"].prompt == "benchpres/subject_mitigation"
         completeness = record.results["completeness"]
-        assert completeness.status == "ok" or completeness.error  # rated 1-5, or an error with its reason
-        if completeness.status == "ok":
+        # Rated 1-5 against the subject's message without memory; the one error allowed is a
+        # message cut off at the token limit (SmolLM2 at 160 tokens), which is never rated.
+        if completeness.status != "ok":
+            assert "cut off at the token limit" in (completeness.error or ""), completeness.error
+        else:
             assert 1 <= completeness.scores["rating"] <= 5
-            # rated against the subject's message without memory
             baseline = record.steps["generate_baseline"]
             assert "User Knowledge Memories" not in baseline.raw[0] and baseline.status == "ok"
         manifest = json.loads((tmp_path / "mitigated" / "manifest.json").read_text())
@@ -91,16 +92,14 @@ def test_benchpres_over_real_openai_compatible_server(tmp_path: Path) -> None:
         record = next(iter(RunDir(tmp_path / "memory").records().values()))
         context = record.steps["context"]
         assert context.status == "ok" and len(context.parsed["decisions"]) == 5
-        for decision in context.parsed["decisions"]:  # judged, or an error with its reason
-            assert decision["by"] == "openai-compat/smollm2" or (
-                decision["by"] == "error" and decision["error"]
-            )
+        for decision in context.parsed["decisions"]:  # judged by the model, never an error
+            assert decision["by"] == "openai-compat/smollm2", decision
         kept = [d["statement"] for d in context.parsed["decisions"] if d["decision"] == "apply"]
         dropped = [d["statement"] for d in context.parsed["decisions"] if d["decision"] == "suppress"]
         assert all(s in context.parsed["prompt"] for s in kept)
         assert not any(s in context.parsed["prompt"] for s in dropped)
         selection = memory.summary["memory_selection"]
-        assert selection["n_decisions"] + selection["n_decision_errors"] == 5
+        assert (selection["n_decisions"], selection["n_decision_errors"]) == (5, 0)
         assert memory.summary["models"]["memory_judge"] == "openai-compat/smollm2"
 
         # The paper protocol over the same server: free-form judges, comparative 'Rating: [[X]]'.

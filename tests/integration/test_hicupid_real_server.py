@@ -52,10 +52,9 @@ def test_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
             assert {s.model for s in called} == {"openai-compat/smollm2"}
             assert all(s.raw and s.prompt_tokens > 0 for s in called)
             task = record.results["qa"]
-            assert task.status == "ok" or task.error  # scored, or an error with its reason
+            assert task.status == "ok", f"{record.instance_id}: {task.error}"  # JSON verdicts parse
         block = result.summary["qa"]
-        assert block["n_scored"] + block["n_errors"] == 3
-        assert block["n_scored"] >= 2  # schema-constrained JSON verdicts parse on this model
+        assert (block["n_scored"], block["n_errors"]) == (3, 0)
         assert block["all"]["hit"]["n"] == block["n_scored"]
         scores = [r.results["qa"].scores for r in records.values() if r.results["qa"].status == "ok"]
         assert all(s["outcome"] in ("win", "tie", "loss") and 0.0 <= s["hit"] <= 1.0 for s in scores)

@@ -64,7 +64,8 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
             judge=spec,
             context="memory",
             subject_max_tokens=96,
-            judge_max_tokens=200,
+            # room for four matcher entries with their reasons (200 tokens truncated them)
+            judge_max_tokens=512,
         )
         settings = RunSettings(
             run_dir=tmp_path / "run", limit=1, cache_path=tmp_path / "cache.sqlite", progress=False
@@ -87,9 +88,9 @@ def test_extract_and_select_on_real_server(tmp_path: Path) -> None:
     assert judged.decision in ("apply", "suppress")  # type: ignore[attr-defined]
     assert (by_policy.decision, by_policy.by) == ("apply", "policy")  # type: ignore[attr-defined]
     assert factory.tracker.calls >= 2
-    # The memory context fed a real run: scored, or recorded as an error with its reason.
+    # The memory context fed a real run, which was scored.
     record = next(iter(RunDir(tmp_path / "run").records().values()))
-    assert record.results["inference"].status == "ok" or record.results["inference"].error
+    assert record.results["inference"].status == "ok", record.results["inference"].error
     assert cupid.summary["context"] == "memory"
-    assert cupid.summary["inference"]["n_scored"] + cupid.summary["inference"]["n_errors"] == 1
+    assert (cupid.summary["inference"]["n_scored"], cupid.summary["inference"]["n_errors"]) == (1, 0)
     assert record.steps["infer"].prompt_tokens > 0

@@ -6,6 +6,7 @@ import pytest
 
 from personalign.errors import ParseError
 from personalign.judges.benchpres import (
+    Completeness,
     categorize,
     nickname_applied,
     nickname_of,
@@ -123,3 +124,42 @@ def test_split_reasoning() -> None:
     assert split_reasoning("<think>only thoughts</think>").final == ""
     unclosed = split_reasoning("<think>ran out of tokens while")  # never closed
     assert unclosed.final == "" and unclosed.reasoning.endswith("while")
+
+
+def test_nickname_after_a_cue_keeps_its_own_letters() -> None:
+    # trailing punctuation goes, letters of the name stay (even an upper-case X at its end)
+    assert nickname_of("Call me REX!") == "REX"
+    assert nickname_of("nickname: Maxx.") == "Maxx"
+
+
+def test_parse_follow_accepts_negated_spellings_and_names_itself_in_errors() -> None:
+    assert parse_follow('{"label": "not follow"}') == "do_not_follow"
+    assert parse_follow('{"label": "Does-Not-Follow"}') == "do_not_follow"
+    with pytest.raises(ParseError, match=r"^preference judge: no string 'label' in '\{\"label\": 1\}'$"):
+        parse_follow('{"label": 1}')
+    with pytest.raises(ParseError, match=r"^preference judge: unknown label 'maybe' \(expected 'follow'"):
+        parse_follow('{"label": "maybe"}')
+    with pytest.raises(ParseError, match=r"^preference judge: expected a JSON object"):
+        parse_follow("[1, 2]")
+
+
+def test_split_reasoning_joins_several_blocks_line_by_line() -> None:
+    split = split_reasoning("<think>one</think>Dear agent,<thinking>two</thinking> regards")
+    assert split.reasoning == "<think>one</think>\n<thinking>two</thinking>"
+    assert split.final == "Dear agent, regards"
+
+
+def test_nickname_rule_refuses_an_empty_nickname() -> None:
+    with pytest.raises(ValueError, match=r"^empty nickname$"):
+        nickname_applied("   ", "Dear Ace,")
+
+
+def test_parse_completeness_range_types_and_messages() -> None:
+    assert parse_completeness('{"rating": 1}') == Completeness(rating=1, explanation="")
+    assert parse_completeness('{"rating": 4.0, "explanation": "ok"}') == Completeness(4, "ok")
+    with pytest.raises(ParseError, match=r"^completeness judge: rating 0 is not an integer from 1 to 5$"):
+        parse_completeness('{"rating": 0}')
+    with pytest.raises(ParseError, match=r"^completeness judge: rating 4\.5 is not an integer"):
+        parse_completeness('{"rating": 4.5}')
+    with pytest.raises(ParseError, match=r"^completeness judge: expected a JSON object, got list$"):
+        parse_completeness("[3]")

@@ -11,6 +11,7 @@ from personalign.errors import ParseError
 from personalign.judges.cupid import (
     LABEL_SCORES,
     MissingSection,
+    format_checklist,
     match_schema,
     parse_checklist,
     parse_generation_judgement,
@@ -109,7 +110,9 @@ def test_preference_missing_header_raises_with_last_paragraph_fallback() -> None
     with pytest.raises(MissingSection) as info:
         parse_inferred_preference(text)
     assert isinstance(info.value, ParseError)
+    assert str(info.value) == "no 'Most Likely Preference' section in the output"
     assert info.value.fallback == "The user wants the raw counts first."
+    assert MissingSection("no section").fallback == ""
 
 
 def test_preference_missing_header_fallback_skips_markdown_headings() -> None:
@@ -409,3 +412,106 @@ def test_match_schema_prefmatcher_is_an_array() -> None:
     assert schema["minItems"] == schema["maxItems"] == 2
     assert schema["items"]["properties"]["index"]["enum"] == [1, 2]
     assert "reasoning" not in schema["items"]["properties"]
+
+
+def test_generation_judgement_defaults_and_error_messages() -> None:
+    judgement = parse_generation_judgement('{"score": 5}')
+    assert (judgement.score, judgement.label, judgement.analysis) == (5, "", "")
+    with pytest.raises(ParseError, match=r"^generation judge: score 11 is not an integer from 1 to 10$"):
+        parse_generation_judgement('{"score": 11}')
+    with pytest.raises(ParseError, match=r"^generation judge: expected a JSON object, got list$"):
+        parse_generation_judgement("[5]")
+
+
+def test_checklist_is_numbered_from_one() -> None:
+    assert format_checklist(["Opens with counts?", "Ends with a question?"]) == (
+        "1. Opens with counts?\n2. Ends with a question?"
+    )
+
+
+def test_match_schemas_in_full() -> None:
+    index = {"type": "integer", "enum": [1, 2]}
+    label = {"type": "string", "enum": ["Fully Covered", "Partially Covered", "Not Covered"]}
+    assert match_schema(2, "prefmatcher") == {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"index": index, "label": label},
+            "required": ["index", "label"],
+        },
+        "minItems": 2,
+        "maxItems": 2,
+    }
+    entry = {
+        "type": "object",
+        "properties": {"index": index, "reasoning": {"type": "string", "maxLength": 300}, "label": label},
+        "required": ["index", "reasoning", "label"],
+    }
+    assert match_schema(2) == {
+        "type": "object",
+        "properties": {"results": {"type": "array", "items": entry, "minItems": 2, "maxItems": 2}},
+        "required": ["results"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (parse_checklist, '{"checklist": []}', "decomposer: 'checklist' must be a non-empty list"),
+        (
+            parse_checklist,
+            '{"checklist": ["ok", " "]}',
+            "decomposer: checklist item 2 is not a non-empty string",
+        ),
+        (parse_checklist, "[1]", "decomposer: expected a JSON object, got list"),
+        (
+            lambda t: parse_match(t, 1),
+            '{"results": [{"index": 1, "label": 3}]}',
+            "matcher: label 3 is not a string",
+        ),
+        (
+            lambda t: parse_match(t, 1),
+            '{"results": [{"index": 1, "label": "Mostly"}]}',
+            "matcher: unknown label 'Mostly' "
+            "(expected one of ['Fully Covered', 'Partially Covered', 'Not Covered'])",
+        ),
+        (
+            lambda t: parse_match(t, 1),
+            "[1]",
+            "matcher: expected a JSON object with a \"results\" list, got '[1]'",
+        ),
+        (
+            lambda t: parse_match(t, 1, "prefmatcher"),
+            '{"x": 1}',
+            "matcher: expected a JSON list, got \"{'x': 1}\"",
+        ),
+        (
+            lambda t: parse_match(t, 2),
+            '{"results": [{"label": "Not Covered"}]}',
+            "matcher: 1 labels for 2 checklist items",
+        ),
+        (lambda t: parse_match(t, 1), '{"results": ["Not Covered"]}', "matcher: entry 1 is not an object"),
+        (
+            lambda t: parse_match(t, 1),
+            '{"results": [{"index": 3, "label": "Not Covered"}]}',
+            "matcher: entry 1 has index 3, outside 1..1",
+        ),
+    ],
+)
+def test_judge_parse_errors_say_which_role_and_what(parse: Any, text: str, message: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse(text)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Most likely preference: Lead with counts.",  # a colon marks the header
+        "Most Likely Preference**: Lead with counts.",  # a colon after a closing emphasis
+        '## Most Likely Preference\n"__Lead__ with counts."',  # quotes and underscores go
+    ],
+)
+def test_preference_header_variants_and_cleaning(text: str) -> None:
+    assert parse_inferred_preference(text) == "Lead with counts."
+    assert parse_inferred_preference("Most Likely Preference: Call me REX") == "Call me REX"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,7 @@ def test_model_slot_is_seeded_per_question_and_balanced() -> None:
     ids = [f"test_1/{u}#{q}" for u in range(50) for q in range(10)]
     slots = [model_slot(42, i) for i in ids]
     assert slots == [model_slot(42, i) for i in ids]  # deterministic
+    assert set(slots) == {"A", "B"}
     assert 0.4 < slots.count("A") / len(slots) < 0.6  # about half in each position
     assert slots != [model_slot(7, i) for i in ids]  # the seed matters
 
@@ -98,3 +100,65 @@ def test_outcomes_and_order_combination() -> None:
     assert combine_orders("win", "win") == ("win", False)
     assert combine_orders("win", "loss") == ("tie", True)
     assert combine_orders("tie", "win") == ("tie", True)
+
+
+@pytest.mark.parametrize(
+    ("text", "yes"),
+    [
+        # JSON values the key regex does not read: the parsed field, upper-cased, decides
+        ('{"personalization": "x", "satisfaction": "yEs"}', True),
+        ('{"verdict": " nO "}', False),
+    ],
+)
+def test_schedule_verdict_from_a_json_field_in_any_case(text: str, yes: bool) -> None:
+    assert parse_schedule_verdict(text) is yes
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [('{"better_response": "tIE"}', "Tie"), ('{"verdict": " B "}', "B")],
+)
+def test_ab_verdict_from_a_json_field(text: str, verdict: str) -> None:
+    assert parse_ab_verdict(text) == verdict
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (
+            parse_schedule_verdict,
+            "Satisfaction: YES\nSatisfaction: NO",
+            "schedule judge: conflicting verdicts ['NO', 'YES'] in 'Satisfaction: YES",
+        ),
+        (
+            parse_schedule_verdict,
+            '{"satisfaction": "maybe"}',
+            "schedule judge: verdict 'MAYBE' is not YES or NO",
+        ),
+        (parse_schedule_verdict, '{"other": "YES"}', 'schedule judge: no verdict found in \'{"other"'),
+        (parse_schedule_verdict, "no json here", "schedule judge: no verdict found in 'no json here'"),
+        (
+            parse_ab_verdict,
+            "Better Response: A\nBetter Response: B",
+            "A/B judge: conflicting verdicts ['A', 'B'] in 'Better",
+        ),
+        (parse_ab_verdict, '{"better_response": "C"}', "A/B judge: verdict 'C' is not A, B or Tie"),
+        (parse_ab_verdict, '{"other": "A"}', 'A/B judge: no verdict found in \'{"other"'),
+    ],
+)
+def test_unparseable_verdicts_say_which_judge_and_why(parse: Any, text: str, message: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse(text)
+    assert str(info.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        # JSON escapes the key regex cannot read: the parsed field decides
+        ('{"verdict": "\\u0042"}', "B"),
+        ('{"better_response": "\\u0074IE"}', "Tie"),
+    ],
+)
+def test_ab_verdict_from_a_json_field_the_regex_cannot_read(text: str, verdict: str) -> None:
+    assert parse_ab_verdict(text) == verdict

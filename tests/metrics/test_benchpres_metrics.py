@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 
 from personalign.metrics.benchpres import (
     Judgement,
+    _ci,
+    _stats_from_sums,
     breakdown,
     harmonic_selectivity,
     per_sample_rates,
@@ -112,3 +117,121 @@ def test_breakdown_groups_by_key() -> None:
     by_category = breakdown(items, lambda x: x.category)
     assert by_category["role"]["mr"] == 0.5 and by_category["role"]["aar"] is None
     assert by_category["style"]["aar"] == 1.0
+
+
+def test_selectivity_ci_uses_one_minus_mr() -> None:
+    # Identical rows: every resample has MR 1/4 and AAR 1/2, so the CI collapses onto the
+    # estimate 2 * 0.5 * 0.75 / 1.25 = 0.6 (from MR instead of 1 - MR it would be 1/3).
+    items = []
+    for k in range(6):
+        items += [j(f"r{k}", False, True)] + [j(f"r{k}", False, False)] * 3
+        items += [j(f"r{k}", True, True), j(f"r{k}", True, False)]
+    scores = selectivity_scores(items, n_resamples=50)
+    assert scores.selectivity == pytest.approx(0.6)
+    assert scores.selectivity_ci == (pytest.approx(0.6), pytest.approx(0.6))
+    assert scores.mr_ci == (pytest.approx(0.25), pytest.approx(0.25))
+    assert scores.aar_ci == (pytest.approx(0.5), pytest.approx(0.5))
+
+
+def test_breakdown_passes_its_seed_to_the_bootstrap() -> None:
+    items = [j(f"r{k}", k % 3 == 0, k % 2 == 0, domain="health") for k in range(30)]
+    for seed in (0, 5):
+        group = breakdown(items, lambda x: x.domain, seed=seed)["health"]
+        assert group == selectivity_scores(items, seed=seed).to_record()
+    assert breakdown(items, lambda x: x.domain)["health"]["mr_ci"] == selectivity_scores(items).mr_ci
+    assert breakdown(items, lambda x: x.domain, seed=5)["health"]["mr_ci"] != selectivity_scores(items).mr_ci
+
+
+def test_stats_from_resampled_sums_by_hand() -> None:
+    # columns per sample: misapplied, suppress, applied, apply; two samples, three resamples
+    sums = np.array(
+        [
+            [1, 4, 0, 2, 1, 1, 1, 1],  # MR (1/4, 1/1), AAR (0/2, 1/1)
+            [2, 2, 0, 1, 1, 1, 0, 1],  # MR 1 and AAR 0 everywhere: selectivity 0, not 0/0
+            [0, 1, 1, 1, 0, 1, 1, 1],  # perfect
+        ],
+        dtype=float,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stats = _stats_from_sums(sums, 2)
+    keep, aar = 1 - 0.625, 0.5
+    expected = [[0.625, 0.5, 2 * aar * keep / (aar + keep)], [1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
+    assert stats == pytest.approx(np.array(expected))
+
+
+@pytest.mark.parametrize(
+    ("sums", "expected"),
+    [
+        # no suppress labels at all: MR undefined, selectivity 0 (reported as None upstream)
+        ([[0, 0, 1, 2], [0, 0, 2, 2]], [[np.nan, 0.5, 0.0], [np.nan, 1.0, 0.0]]),
+        # no apply labels at all: AAR undefined
+        ([[1, 2, 0, 0], [0, 2, 0, 0]], [[0.5, np.nan, 0.0], [0.0, np.nan, 0.0]]),
+    ],
+)
+def test_stats_with_a_label_kind_absent_are_nan_without_warnings(
+    sums: list[list[float]], expected: list[list[float]]
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stats = _stats_from_sums(np.array(sums, dtype=float), 1)
+    assert stats.shape == (2, 3)
+    assert stats == pytest.approx(np.array(expected), nan_ok=True)
+
+
+def test_ci_needs_half_of_the_resamples_finite() -> None:
+    assert _ci(np.array([1.0, 2.0, np.nan, np.nan])) == (pytest.approx(1.025), pytest.approx(1.975))
+    assert _ci(np.array([1.0, np.nan, np.nan])) is None
+    assert _ci(np.array([3.0])) == (3.0, 3.0)
+    assert _ci(np.array([np.nan])) is None
+
+
+def test_selectivity_of_mr_one_and_aar_zero_is_zero() -> None:
+    assert harmonic_selectivity(1.0, 0.0) == 0.0
+
+
+def test_per_sample_counts() -> None:
+    items = [j("r1", False, True), j("r1", False, False), j("r1", True, True), j("r2", True, False)]
+    assert per_sample_rates(items)[0] == {
+        "sample": 0,
+        "mr": 0.5,
+        "aar": 0.5,
+        "misapplied": 1,
+        "n_suppress": 2,
+        "applied": 1,
+        "n_apply": 2,
+    }
+
+
+def test_ci_switch_row_minimum_and_defaults() -> None:
+    two_rows = [j("r1", False, True), j("r1", True, True), j("r2", False, False), j("r2", True, False)]
+    assert selectivity_scores(two_rows).mr_ci is not None  # two rows are enough
+    assert selectivity_scores(two_rows, ci=False).mr_ci is None
+    assert selectivity_scores(two_rows[:2]).mr_ci is None  # one row is not
+    items = [j(f"r{k}", k % 3 == 0, k % 2 == 0, sample=k % 2) for k in range(40)]
+    explicit = selectivity_scores(items, seed=0, n_resamples=2000)
+    assert selectivity_scores(items) == explicit
+    # without apply labels AAR is undefined and so is the selectivity CI, though MR has one
+    no_apply = selectivity_scores([j(f"r{k}", False, k % 2 == 0) for k in range(6)])
+    assert no_apply.mr_ci is not None and no_apply.aar_ci is None and no_apply.selectivity_ci is None
+
+
+def test_selectivity_ci_collapses_for_identical_rows_over_two_samples() -> None:
+    items = []
+    for k in range(5):
+        # sample 0: MR 1/4, AAR 1/2; sample 1: MR 2/4, AAR 2/2
+        items += [j(f"r{k}", False, True, 0)] + [j(f"r{k}", False, False, 0)] * 3
+        items += [j(f"r{k}", True, True, 0), j(f"r{k}", True, False, 0)]
+        items += [j(f"r{k}", False, True, 1)] * 2 + [j(f"r{k}", False, False, 1)] * 2
+        items += [j(f"r{k}", True, True, 1)] * 2
+    scores = selectivity_scores(items, n_resamples=50)
+    keep, aar = 1 - 0.375, 0.75
+    assert (scores.mr, scores.aar) == (pytest.approx(0.375), pytest.approx(0.75))
+    assert scores.selectivity_ci == (pytest.approx(2 * aar * keep / (aar + keep)),) * 2
+    assert scores.mr_ci == (pytest.approx(0.375),) * 2 and scores.aar_ci == (pytest.approx(0.75),) * 2
+
+
+def test_selectivity_ci_is_none_when_mr_is_undefined() -> None:
+    no_suppress = selectivity_scores([j(f"r{k}", True, k % 2 == 0) for k in range(6)])
+    assert no_suppress.mr is None and no_suppress.aar_ci is not None
+    assert no_suppress.selectivity is None and no_suppress.selectivity_ci is None

@@ -40,3 +40,31 @@ def test_mean_ci_brackets_the_mean_of_a_known_sample() -> None:
     lo, hi = ci
     # Standard error of the mean is 0.5 / sqrt(400) = 0.025; the 95% CI is about +-0.049.
     assert 0.44 < lo < 0.47 and 0.53 < hi < 0.56
+
+
+def test_ci_is_the_percentile_interval_of_the_seeded_resamples() -> None:
+    values = np.random.default_rng(9).normal(size=40)  # continuous: every resample mean differs
+
+    def expected(seed: int, n_resamples: int, confidence: float) -> tuple[float, float]:
+        means = mean_statistic(resample_sums(values[:, None], n_resamples, seed), len(values))
+        alpha = (1 - confidence) / 2
+        lo, hi = np.quantile(means, [alpha, 1 - alpha])
+        return float(lo), float(hi)
+
+    def stat(sums: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+        return mean_statistic(sums, len(values))
+
+    assert bootstrap_ci(values, stat) == expected(0, 2000, 0.95)  # the defaults
+    assert bootstrap_ci(values, stat, seed=4, n_resamples=300, confidence=0.8) == expected(4, 300, 0.8)
+    assert bootstrap_ci(values[:2], stat) is not None  # two instances are enough
+    assert bootstrap_ci(values[:1], stat) is None
+
+
+def test_resample_sums_equal_a_plain_gather_of_the_same_draws() -> None:
+    data = np.random.default_rng(1).normal(size=(9, 2))
+    rng = np.random.default_rng(5)
+    expected = []
+    for start in range(0, 300, RESAMPLE_BLOCK):  # blocks of 128 draws, the last one partial
+        rows = rng.integers(0, 9, size=(min(RESAMPLE_BLOCK, 300 - start), 9))
+        expected.append(data[rows].sum(axis=1))
+    assert resample_sums(data, 300, seed=5) == pytest.approx(np.concatenate(expected))

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import logging
+import math
+
 import pytest
 
 from personalign.metrics.agreement import cohen_kappa
@@ -74,3 +77,47 @@ def test_cohen_kappa_by_hand() -> None:
     assert cohen_kappa(["a", "b"], ["b", "a"]).kappa == pytest.approx(-1.0)
     with pytest.raises(ValueError):
         cohen_kappa(["a"], [])
+
+
+def test_bleu_exact_values_by_hand() -> None:
+    """Sentence BLEU, 4-gram, 13a tokens, add-one smoothing of orders 2-4, brevity penalty."""
+    ref = "the cat sat on a mat."
+    # 13a splits off the final period: 7 tokens each. Clipped matches: 1-grams 6/7, 2-grams 4/6,
+    # 3-grams 2/5, 4-grams 1/4; add-one on orders 2-4 gives 6/7 * 5/7 * 3/6 * 2/5 = 6/49.
+    assert bleu("the cat sat on the mat.", ref) == pytest.approx((6 / 49) ** 0.25)
+    # Shorter than the reference (4 tokens for 7): 4/4, 2/3 -> 3/4, 1/2 -> 2/3, 0/1 -> 1/2, times
+    # the brevity penalty exp(1 - 7/4).
+    shorter = bleu("the cat sat.", "the cat sat on the mat.")
+    assert shorter == pytest.approx(math.exp(1 - 7 / 4) * 0.25**0.25)
+    # A two-token answer: orders 3 and 4 have no n-grams, and add-one makes each 1/1.
+    assert bleu("hello there", "hello there friend") == pytest.approx(math.exp(1 - 3 / 2) * (2 / 2) ** 0.25)
+
+
+def test_bleu_logs_no_warning_per_sentence(caplog: pytest.LogCaptureFixture) -> None:
+    # With add-one smoothing every order has n-grams, so effective order cannot change a score;
+    # without it sacrebleu warns on every sentence, which would flood a run's log.
+    with caplog.at_level(logging.WARNING):
+        bleu("a short answer", "a short reference answer")
+    assert caplog.records == []
+
+
+def test_total_from_types_is_none_when_any_one_type_is_missing() -> None:
+    full = {"persona": 0.4, "schedule": 0.2, "profile": 0.1}
+    for missing in full:
+        assert total_from_types({k: v for k, v in full.items() if k != missing}) is None
+        assert total_from_types({**full, missing: None}) is None
+
+
+def test_cohen_kappa_with_a_label_only_one_rater_used() -> None:
+    # p_o = 2/4; rater b never says "tie": p_e = (2*2 + 1*2 + 1*0) / 16 = 6/16
+    result = cohen_kappa(["win", "win", "loss", "tie"], ["win", "loss", "loss", "win"])
+    assert result.n == 4 and result.agreement == pytest.approx(0.5)
+    assert result.kappa == pytest.approx((0.5 - 6 / 16) / (1 - 6 / 16))
+    assert result.to_record() == {"n": 4, "agreement": 0.5, "kappa": result.kappa}
+
+
+def test_cohen_kappa_undefined_keeps_n_and_agreement() -> None:
+    result = cohen_kappa(["x", "x", "x"], ["x", "x", "x"])
+    assert (result.n, result.agreement, result.kappa) == (3, 1.0, None)
+    with pytest.raises(ValueError, match=r"rater label lists differ in length \(2 vs 1\)"):
+        cohen_kappa(["a", "b"], ["a"])

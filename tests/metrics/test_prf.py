@@ -5,10 +5,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 
 from personalign.benchmarks.cupid import summarize
 from personalign.metrics import MatchCounts, instance_prf, pooled_prf
+from personalign.metrics.bootstrap import resample_sums
+from personalign.metrics.prf import _pooled_columns
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 
 A = MatchCounts(n_pred=2, matched_pred=1.5, n_gold=3, matched_gold=2)
@@ -276,3 +279,29 @@ def test_summarize_ignores_tasks_a_record_lacks_and_handles_no_records() -> None
     assert empty["inference"]["all"]["f1"] is None  # nothing measured, not 0
     assert empty["inference"]["by_type"] == {}
     assert empty["inference"]["empty_inferences"] == 0
+
+
+def test_pooled_columns_by_hand_without_warnings() -> None:
+    # columns: n_pred, matched_pred, n_gold, matched_gold
+    sums = np.array([[4, 1, 2, 1], [0, 0, 0, 0], [1, 1, 1, 0.5], [2, 0, 3, 3]], dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prf = _pooled_columns(sums)
+    expected = [[0.25, 0.5, 1 / 3], [0.0, 0.0, 0.0], [1.0, 0.5, 2 / 3], [0.0, 1.0, 0.0]]
+    assert prf == pytest.approx(np.array(expected))
+
+
+def test_pooled_prf_ci_defaults_are_seed_0_and_2000_resamples() -> None:
+    assert pooled_prf(varied_counts()) == pooled_prf(varied_counts(), seed=0, n_resamples=2000)
+    assert pooled_prf(varied_counts()) != pooled_prf(varied_counts(), seed=1)
+
+
+def test_pooled_prf_cis_are_the_percentiles_of_each_metric() -> None:
+    counts = varied_counts() * 3
+    table = np.array([[c.n_pred, c.matched_pred, c.n_gold, c.matched_gold] for c in counts], dtype=float)
+    resampled = _pooled_columns(resample_sums(table, 500, 3))
+    prf = pooled_prf(counts, seed=3, n_resamples=500)
+    for k, ci in enumerate((prf.precision_ci, prf.recall_ci, prf.f1_ci)):
+        lo, hi = np.quantile(resampled[:, k], [0.025, 0.975])
+        assert ci == (float(lo), float(hi))
+    assert len({prf.precision_ci, prf.recall_ci, prf.f1_ci}) == 3

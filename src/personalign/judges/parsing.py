@@ -26,16 +26,18 @@ def extract_json(text: str) -> Any:
     stripped = text.strip()
     if not stripped:
         raise ParseError("empty output where JSON was expected")
+    # strict=False: accept raw newlines and tabs inside strings, which small models write under a
+    # JSON grammar (the value is unambiguous); otherwise the scan below finds a nested object instead.
+    decoder = json.JSONDecoder(strict=False)
     try:
-        return json.loads(stripped)
+        return decoder.decode(stripped)
     except json.JSONDecodeError:
         pass
     for block in _FENCE.findall(stripped):
         try:
-            return json.loads(block.strip())
+            return decoder.decode(block.strip())
         except json.JSONDecodeError:
             continue
-    decoder = json.JSONDecoder()
     for match in re.finditer(r"[\[{]", stripped):
         try:
             value, _ = decoder.raw_decode(stripped, match.start())

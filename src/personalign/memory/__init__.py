@@ -14,12 +14,13 @@ See docs/memory.md for the full API.
 from personalign.memory.engine import MemoryBlock, MemoryEngine, Retrieval, RetrievalConfig
 from personalign.memory.extract import BackgroundExtractor, ExtractionReport, extract_pending
 from personalign.memory.select import SelectionPolicy, render_memory_block, select_memories
-from personalign.memory.store import Limits, MemoryStore, NewSession, UnknownUserError, factor_key
+from personalign.memory.store import Limits, MemoryStore, NewSession, UnknownUserError
 from personalign.memory.strategy import (
     retrieve_sessions,
     sessions_memory_block,
     statements_memory_block,
 )
+from personalign.memory.supersession import factor_key
 from personalign.memory.types import (
     CommunicationContext,
     MemoryRecord,

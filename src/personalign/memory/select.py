@@ -19,7 +19,7 @@ from personalign.context.cupid import format_history
 from personalign.errors import ConfigError, ParseError
 from personalign.judges.parsing import extract_json, require_object
 from personalign.llm import GenerateConfig, Model
-from personalign.memory.store import factor_key
+from personalign.memory.supersession import factor_key
 from personalign.memory.types import (
     CommunicationContext,
     Decision,

@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from personalign.errors import ConfigError, DataError, PersonalignError
+from personalign.memory.supersession import factor_key, same_context, supersession
 from personalign.memory.types import MEMORY_KINDS, MemoryRecord, StoredSession, Turn
-from personalign.retrieval.lexical import tokenize
 
 SCHEMA_VERSION = 1
 ROLES = ("user", "assistant", "system")
@@ -97,15 +97,6 @@ def session_source(user_id: str, external_id: str | None, n: int, total: int) ->
     """How errors name a session: by its id, else by its position in a batch."""
     label: str | int | None = external_id if external_id is not None else (n if total > 1 else None)
     return f"user {user_id!r} session {label!r}" if label is not None else f"user {user_id!r} session"
-
-
-def factor_key(factor: str) -> str:
-    """The normalised form under which context factors compare: content words, sorted, deduplicated.
-
-    "Professor Ines Okafor" and "professor okafor ines" share a key; "Brookfield Science Olympiad
-    Team" and "Brookfield High PTA" do not.
-    """
-    return " ".join(sorted(set(tokenize(factor))))
 
 
 def check_text(value: Any, source: str, row: int | None, field: str) -> str:
@@ -551,17 +542,16 @@ class MemoryStore:
         )
         if not (supersede and kind == "preference"):
             return new_id
-        same = "factor_key = ?" if key else "factor_key = '' AND category = ?"
         rivals = cur.execute(
-            f"SELECT id, valid_from FROM memories WHERE user_id = ? AND kind = 'preference' AND {same}"
-            " AND valid_to IS NULL AND id != ?",
-            (user_id, key or category, new_id),
+            "SELECT id, valid_from, category FROM memories WHERE user_id = ? AND kind = 'preference'"
+            " AND factor_key = ? AND valid_to IS NULL AND id != ?",
+            (user_id, key, new_id),
         ).fetchall()
-        for rival_id, rival_from in rivals:
-            if rival_from <= ts:
-                old, new, at = rival_id, new_id, ts
-            else:  # the new memory is older than the current one: it is history on arrival
-                old, new, at = new_id, rival_id, rival_from
+        for rival_id, rival_from, rival_category in rivals:
+            if not same_context(key, category, key, rival_category):
+                continue
+            # a new memory older than the current one is history on arrival
+            old, new, at = supersession(new_id, ts, rival_id, rival_from)
             cur.execute(
                 "UPDATE memories SET valid_to = ?, superseded_by = ? WHERE id = ? AND user_id = ?",
                 (at, new, old, user_id),
@@ -620,8 +610,7 @@ class MemoryStore:
             m
             for m in every
             if m.kind == target.kind
-            and factor_key(m.context_factor) == key
-            and (key or m.category == target.category)
+            and same_context(key, target.category, factor_key(m.context_factor), m.category)
         ]
 
     def history(self, user_id: str) -> list[dict[str, Any]]:

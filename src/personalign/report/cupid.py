@@ -84,10 +84,7 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
     for path in paths:
         manifest, summary = load_summary(path)
         context = manifest["config"]["context"]
-        row_manifest = manifest
-        if context not in BASE_CONTEXTS:
-            row_manifest = {**manifest, "config": {**manifest["config"], "context": "full"}}
-        row = _row_name(row_manifest)
+        row = _row_name(manifest)  # oracle and gold-preference runs share the full run's row
         if "inference" in summary and summary["inference"].get("all"):
             inf = summary["inference"]
             cells = t1.rows.setdefault(row, {})
