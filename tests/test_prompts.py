@@ -6,6 +6,7 @@ import pytest
 
 from personalign.context.cupid import format_history, format_session
 from personalign.data.cupid import load_cupid
+from personalign.judges.cupid import GENERATION_LABELS
 from personalign.prompts import load_template, parse_template
 
 TEMPLATES = {
@@ -124,13 +125,11 @@ def test_cupid_prompts_carry_the_official_instructions_and_no_extra_hints() -> N
     assert match.system.count("\nPreference: ") == 8  # eight few-shot pairs
     assert "ten words" not in match.system
     decompose = load_template("cupid/decompose")
-    assert decompose.system.count("- Preference: ") == 5 and "analyse the preference first" in decompose.system
+    assert (
+        decompose.system.count("- Preference: ") == 5 and "analyse the preference first" in decompose.system
+    )
     prefmatcher = load_template("cupid/match_prefmatcher")
     assert prefmatcher.user.startswith("#### Criterion\n\n{{preference}}\n\n#### Checklist\n\n")
     judge = load_template("cupid/judge_generation")
-    for score, label in enumerate(
-        ("Unacceptable", "Very Poor", "Poor", "Below Average", "Acceptable")
-        + ("Above Average", "Good", "Very Good", "Excellent", "Exceptional"),
-        start=1,
-    ):
+    for score, label in enumerate(GENERATION_LABELS, start=1):
         assert f"  - {score}: {label}\n" in judge.system

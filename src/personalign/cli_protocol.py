@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import ProtocolDirOpt, console, fail
+from personalign.cli_common import ProtocolDirOpt, ProtocolOpt, console, fail
 from personalign.errors import ConfigError, PersonalignError
 from personalign.protocols.upstream import UpstreamSource, fetch_source, open_upstream, verify_all
 
@@ -73,3 +73,86 @@ def verify_cmd(name: NameArg, protocol_dir: ProtocolDirOpt = None) -> None:
 def register(app: typer.Typer) -> None:
     """Add the `protocol` command group to the main app."""
     app.add_typer(protocol_app, name="protocol")
+
+
+@protocol_app.command("show")
+def show_cmd(
+    name: NameArg,
+    instance: Annotated[str, typer.Option(help="Instance id, e.g. '1+marine_biologist#consistent'.")],
+    setting: Annotated[
+        str,
+        typer.Option(help="all | inference | generation | infer | decompose | match | generate | judge"),
+    ] = "all",
+    protocol: ProtocolOpt = None,
+    protocol_dir: ProtocolDirOpt = None,
+    data: Annotated[
+        str, typer.Option(help="'fixture', 'hf[:repo[:split]]', or a CUPID data file.")
+    ] = "fixture",
+    context: Annotated[
+        str, typer.Option(help="full | oracle | oracle-factor | gold-preference | memory")
+    ] = "full",
+    matcher_format: Annotated[str, typer.Option(help="default | prefmatcher")] = "default",
+    system_role: Annotated[
+        str, typer.Option(help="system | developer (judges, --protocol paper)")
+    ] = "system",
+    inferred: Annotated[
+        str, typer.Option(help="Stand-in inferred preference for decompose and match.")
+    ] = "<inferred preference>",
+    checklist: Annotated[
+        list[str] | None,
+        typer.Option("--checklist", help="Stand-in inferred checklist item for match (repeatable)."),
+    ] = None,
+    response: Annotated[
+        str, typer.Option(help="Stand-in subject response for the judge.")
+    ] = "<subject response>",
+    max_tokens: Annotated[int | None, typer.Option(help="Subject max_tokens (default as `run`).")] = None,
+) -> None:
+    """Print the exact messages (role headers and text) of each step for one instance, to diff
+    against the official code."""
+    if name != "cupid":
+        fail(ConfigError(f"`protocol show` knows cupid only, not {name!r}"))
+    from personalign.benchmarks.cupid import CupidConfig, CupidPrompts, default_subject_max_tokens, show_calls
+    from personalign.benchmarks.cupid_protocol import load_paper_prompts
+    from personalign.data.cupid import load_cupid
+    from personalign.protocols.upstream import resolve_protocol
+
+    try:
+        chosen = resolve_protocol(protocol, official_data=data.split(":", 1)[0] == "hf")
+        config = CupidConfig(
+            subject="show",
+            decomposer="show",
+            matcher="show",
+            judge="show",
+            context=context,
+            task="generation" if context == "gold-preference" else "both",
+            matcher_format=matcher_format,  # type: ignore[arg-type]
+            subject_max_tokens=max_tokens or default_subject_max_tokens("show", chosen),
+            protocol=chosen,
+            system_role=system_role,  # type: ignore[arg-type]
+        )
+        paper = load_paper_prompts(protocol_dir) if chosen == "paper" else None
+        dataset = load_cupid(data)
+        found = [i for i in dataset.instances if i.id == instance]
+        if not found:
+            known = ", ".join(i.id for i in dataset.instances[:3])
+            raise ConfigError(f"no instance {instance!r} in {dataset.source} (ids look like: {known}, ...)")
+        items = checklist or ["<inferred checklist item 1>", "<inferred checklist item 2>"]
+        calls = show_calls(
+            CupidPrompts(config, paper),
+            found[0],
+            setting,
+            inferred=inferred,
+            checklist=items,
+            response=response,
+        )
+    except PersonalignError as exc:
+        fail(exc)
+    for step, role, call in calls:
+        params = f"temperature {call.config.temperature}, max_tokens {call.config.max_tokens}"
+        if call.config.json_schema is not None:
+            params += f", json schema '{call.config.schema_name}'"
+        typer.echo(f"######## {step} ({role}; {chosen} protocol; {params}; prompt {call.prompt.name})")
+        for message in call.messages:
+            typer.echo(f"======== {message.role} ========")
+            typer.echo(message.content)
+        typer.echo("")

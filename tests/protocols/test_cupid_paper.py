@@ -285,3 +285,63 @@ def test_cli_paper_run_with_unverified_files_exits_2_before_any_call(tmp_path: P
     assert result.exit_code == 2
     assert "preference_inferrer.yaml has sha256" in " ".join(result.output.split())
     assert not (tmp_path / "run").exists()
+
+
+def test_cli_show_prints_each_step_with_role_headers() -> None:
+    from typer.testing import CliRunner
+
+    from personalign.cli import app
+
+    case = instance()
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "protocol",
+            "show",
+            "cupid",
+            "--instance",
+            case.id,
+            "--inferred",
+            "Keep it short.",
+            "--checklist",
+            "Short?",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    steps = [line for line in result.output.splitlines() if line.startswith("######## ")]
+    assert [line.split()[1] for line in steps] == [
+        "infer", "decompose", "match/inferred->gold", "match/gold->inferred", "generate", "judge"
+    ]  # fmt: skip
+    assert "personalign protocol" in steps[0] and "max_tokens 1024" in steps[0]
+    assert case.current_request in result.output
+    assert "Preference: Keep it short.\n" in result.output and "\n1. Short?\n" in result.output
+    assert "======== system ========" in result.output and "======== user ========" in result.output
+    bad = runner.invoke(app, ["protocol", "show", "cupid", "--instance", "nobody#consistent"])
+    assert bad.exit_code == 2 and "no instance 'nobody#consistent'" in bad.output
+    bad = runner.invoke(app, ["protocol", "show", "cupid", "--instance", case.id, "--setting", "everything"])
+    assert bad.exit_code == 2 and "unknown setting" in bad.output
+
+
+def test_show_renders_the_calls_a_paper_run_sends(paper: cp.CupidPaperPrompts) -> None:
+    from personalign.benchmarks.cupid import show_calls
+
+    config = CupidConfig(subject="s", decomposer="j", matcher="j", judge="j", protocol="paper", task="both")
+    calls = show_calls(
+        CupidPrompts(config, paper),
+        instance(),
+        "inference",
+        inferred="Short.",
+        checklist=["A?"],
+        response="R",
+    )
+    assert [step for step, _, _ in calls] == [
+        "infer",
+        "decompose",
+        "match/inferred->gold",
+        "match/gold->inferred",
+    ]
+    infer = calls[0][2]
+    log = cp.format_interaction_log(instance().prior_interactions)
+    assert infer.messages == cp.paper_infer_messages(paper, instance().current_request, log)
+    assert calls[2][2].messages[1].content.endswith("C\n\n1. A?")

@@ -286,6 +286,56 @@ class CupidPrompts:
         )
 
 
+SHOW_STEPS = ("infer", "decompose", "match/inferred->gold", "match/gold->inferred", "generate", "judge")
+SHOW_SETTINGS: dict[str, tuple[str, ...]] = {
+    "all": SHOW_STEPS,
+    "inference": SHOW_STEPS[:4],
+    "generation": SHOW_STEPS[4:],
+    "infer": ("infer",),
+    "decompose": ("decompose",),
+    "match": SHOW_STEPS[2:4],
+    "generate": ("generate",),
+    "judge": ("judge",),
+}
+
+
+def show_calls(
+    prompts: CupidPrompts,
+    instance: CupidInstance,
+    setting: str,
+    *,
+    inferred: str,
+    checklist: Sequence[str],
+    response: str,
+) -> list[tuple[str, str, StepCall]]:
+    """(step, role, call) for each step of `setting` on one instance, as a run would send them.
+
+    Steps that need an earlier model output take the given stand-ins (`inferred`, its
+    `checklist`, the subject's `response`).
+    """
+    if setting not in SHOW_SETTINGS:
+        raise ConfigError(f"unknown setting {setting!r} (choose from {', '.join(SHOW_SETTINGS)})")
+    if prompts.config.context == "summaries":
+        raise ConfigError("context 'summaries' needs model calls to build the history; show another context")
+    history = prompts.history(select_sessions(instance, prompts.config.context))
+    builders: dict[str, tuple[str, Callable[[], StepCall]]] = {
+        "infer": ("subject", lambda: prompts.infer(instance.current_request, history)),
+        "decompose": ("decomposer", lambda: prompts.decompose(inferred)),
+        "match/inferred->gold": (
+            "matcher",
+            lambda: prompts.match(instance.current_contextual_preference, checklist),
+        ),
+        "match/gold->inferred": ("matcher", lambda: prompts.match(inferred, instance.current_checklist)),
+        "generate": ("subject", lambda: prompts.generate(instance, history)),
+        "judge": ("judge", lambda: prompts.judge(instance, response)),
+    }
+    out = []
+    for step in SHOW_SETTINGS[setting]:
+        role, build = builders[step]
+        out.append((step, role, build()))
+    return out
+
+
 def _own_inferred(text: str) -> dict[str, Any]:
     try:
         return {"preference": parse_inferred_preference(text), "missing_section": False}
