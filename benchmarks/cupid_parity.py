@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from personalign.benchmarks.cupid import CupidConfig, CupidPrompts
-from personalign.benchmarks.cupid_protocol import SOURCE, load_paper_prompts
+from personalign.benchmarks.cupid_protocol import (
+    SOURCE,
+    load_paper_prompts,
+    parse_paper_checklist,
+    parse_paper_inferred,
+    parse_paper_judgement,
+    parse_paper_match,
+)
 from personalign.data.cupid import load_cupid
 from personalign.types import CupidInstance
 
@@ -71,6 +78,11 @@ def _stub_modules() -> None:
     )
 
 
+# Score lines as judges write them, to exercise the official clean-up (cut at "/", ".", blank line; "**").
+SCORE_SHAPES = ("7", "**8**/10", "9.0", "6\n\nThe reply misses one item.", "**5**")
+_variant = [0]
+
+
 def _reply(messages: list[dict[str, str]]) -> str:
     """A canned answer in the shape each official step parses, so the pipeline runs to its end."""
     text = "\n".join(m["content"] for m in messages)
@@ -97,7 +109,8 @@ def _reply(messages: list[dict[str, str]]) -> str:
     if "### Evaluation Score" in text:
         return (
             "### Evaluation of AI Assistant's Response\n\nFine.\n\n"
-            "### Evaluation Label\n\nGood\n\n### Evaluation Score\n\n7"
+            "### Evaluation Label\n\nGood\n\n### Evaluation Score\n\n"
+            + SCORE_SHAPES[_variant[0] % len(SCORE_SHAPES)]
         )
     return CANNED_RESPONSE
 
@@ -127,7 +140,9 @@ def official_calls(
                     "via": kind,
                 }
             )
-            return _reply(messages)
+            reply = _reply(messages)
+            captured[-1]["reply"] = reply
+            return reply
 
         return call
 
@@ -155,23 +170,50 @@ def official_calls(
                     "via": "subject",
                 }
             )
-            return _reply(messages).strip()
+            reply = _reply(messages).strip()
+            captured[-1]["reply"] = reply
+            return reply
+
+    from evaluation.pipeline.result import process_generation_result  # type: ignore[import-not-found]
 
     out: dict[str, list[Call]] = {}
     with tempfile.TemporaryDirectory() as results_dir:
-        for instance in instances:
+        for number, instance in enumerate(instances):
             captured.clear()
+            _variant[0] = number
+            name = instance.id.replace("#", "__")
             evaluate(
                 SUBJECT,
                 EVALUATOR,
-                instance.id.replace("#", "__"),
+                name,
                 to_official(instance),
                 results_dir,
                 use_matcher=use_matcher,
                 task="both",
             )
-            out[instance.id] = list(captured)
+            results = json.loads((Path(results_dir) / SUBJECT / f"{name}.json").read_text())
+            inference = results["inference"]
+            parsed = {
+                "preference": inference["inferred"]["preference"],
+                "checklist": inference["inferred"]["checklist"],
+                "infer_to_gt": [r["label"] for r in inference["match"]["infer_to_gt"]],
+                "gt_to_infer": [r["label"] for r in inference["match"]["gt_to_infer"]],
+                "score": float(process_generation_result(results["generation"])["score"]),
+            }
+            out[instance.id] = [*captured, {"parsed": parsed}]
     return out
+
+
+def our_parse(calls: list[Call], instance: CupidInstance, matcher_format: str) -> dict[str, Any]:
+    """Our --protocol paper parsers applied to the replies the official pipeline received."""
+    replies = [call["reply"] for call in calls[:6]]
+    return {
+        "preference": parse_paper_inferred(replies[0]),
+        "checklist": parse_paper_checklist(replies[1]),
+        "infer_to_gt": parse_paper_match(replies[2], len(CANNED_ITEMS), matcher_format),
+        "gt_to_infer": parse_paper_match(replies[3], len(instance.current_checklist), matcher_format),
+        "score": parse_paper_judgement(replies[5])["score"],
+    }
 
 
 def to_official(instance: CupidInstance) -> dict[str, Any]:
@@ -254,13 +296,22 @@ def main() -> int:
     instances = load_cupid(args.data).instances[: args.limit]
     total = identical = 0
     params_ok = 0
+    parses_total = parses_same = 0
     diffs: list[str] = []
     per_step: dict[str, list[int]] = {}
     for use_matcher, fmt in ((False, "default"), (True, "prefmatcher")):
         official = official_calls(upstream, instances, use_matcher)
         for instance in instances:
-            theirs = official[instance.id]
+            theirs, their_parsed = official[instance.id][:-1], official[instance.id][-1]["parsed"]
             ours = our_calls(upstream, instance, fmt)
+            parses_total += 1
+            our_parsed = our_parse(theirs, instance, fmt)
+            if our_parsed == their_parsed:
+                parses_same += 1
+            else:
+                diffs.append(
+                    f"{instance.id} [{fmt}] parsed differently: official {their_parsed}, ours {our_parsed}"
+                )
             if len(theirs) != len(ours):
                 diffs.append(f"{instance.id} [{fmt}]: {len(theirs)} official calls, {len(ours)} ours")
                 total += len(ours)
@@ -294,9 +345,14 @@ def main() -> int:
         print(f"  {key:32s} {same}/{n} identical")
     print(f"byte-identical message lists: {identical}/{total} ({100 * identical / max(1, total):.1f}%)")
     print(f"identical sampling (temperature, max_tokens): {params_ok}/{total}")
+    print(
+        "replies parsed to the same values (preference, checklist, labels, score): "
+        f"{parses_same}/{parses_total}"
+    )
     for diff in diffs:
         print(diff)
-    return 0 if identical == total and params_ok == total and not diffs else 1
+    same = identical == total and params_ok == total and parses_same == parses_total
+    return 0 if same and not diffs else 1
 
 
 if __name__ == "__main__":
