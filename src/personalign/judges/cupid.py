@@ -19,7 +19,7 @@ MAX_CHECKLIST_ITEMS = 4
 CHECKLIST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "analysis": {"type": "string", "maxLength": 300},
+        "analysis": {"type": "string", "maxLength": 200},
         "checklist": {
             "type": "array",
             "items": {"type": "string", "minLength": 5, "maxLength": 200},
