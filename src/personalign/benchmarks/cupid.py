@@ -412,22 +412,14 @@ class CupidBenchmark:
         self, steps: StepRunner, name: str, preference: str, items: list[str] | tuple[str, ...]
     ) -> list[str]:
         fmt = self.config.matcher_format
-        if self.paper is not None:
-            return await self._call(
-                steps,
-                name,
-                "matcher",
-                self.models.matcher,
-                self.prompts.match(preference, items),
-                lambda text: parse_paper_match(text, len(items), fmt),
-            )
+        parse = parse_paper_match if self.paper is not None else parse_match
         return await self._call(
             steps,
             name,
             "matcher",
             self.models.matcher,
             self.prompts.match(preference, items),
-            lambda text: parse_match(text, len(items), fmt),
+            lambda text: parse(text, len(items), fmt),
         )
 
     async def inference(self, instance: CupidInstance, steps: StepRunner, history: str) -> TaskResult:
