@@ -29,7 +29,7 @@ TINY_TOKENS = {
     "session": 260,
     "user_simulator": 160,
     "assistant": 90,
-    "decomposer": 220,  # an analysis (at most 200 characters) comes before the checklist
+    "decomposer": 120,
     "leak_judge": 80,  # unused here
 }
 

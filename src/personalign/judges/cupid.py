@@ -19,7 +19,7 @@ MAX_CHECKLIST_ITEMS = 4
 CHECKLIST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "analysis": {"type": "string", "maxLength": 200},
+        "analysis": {"type": "string", "maxLength": 160},
         "checklist": {
             "type": "array",
             "items": {"type": "string", "minLength": 5, "maxLength": 200},
@@ -28,6 +28,14 @@ CHECKLIST_SCHEMA: dict[str, Any] = {
         },
     },
     "required": ["analysis", "checklist"],
+}
+
+# Checklist only, no analysis: the synthesis pipeline keeps its decomposer calls short (the tiny
+# local model otherwise runs past its token budget inside the analysis).
+CHECKLIST_ONLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"checklist": CHECKLIST_SCHEMA["properties"]["checklist"]},
+    "required": ["checklist"],
 }
 
 # The paper's 10 named levels, from score 1 to score 10.
