@@ -289,7 +289,8 @@ def test_cli_protocol_show_and_a_paper_run(tmp_path: Path, checkout: Path) -> No
     from personalign.cli import app
 
     runner = CliRunner()
-    show = ["protocol", "show", "hicupid", "--instance", "test_1/0#2", "--protocol-dir", str(checkout)]
+    show = ["protocol", "show", "hicupid", "--instance", "test_1/0#2", "--protocol", "paper"]
+    show += ["--protocol-dir", str(checkout)]
     out = runner.invoke(app, [*show, "--setting", "shots=1", "--setting", "slot=B", "--answer", "MINE"])
     assert out.exit_code == 0, out.output
     shown = json.loads(out.stdout)
