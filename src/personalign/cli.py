@@ -178,8 +178,8 @@ def rescore(
     try:
         benchmark = str(RunDir(run).read_manifest().get("benchmark", "cupid"))
         own = {
-            "cupid": {"decomposer", "matcher", "matcher_format"},
-            "hicupid": {"judge_format", "both_orders"},
+            "cupid": {"decomposer", "matcher", "matcher_format", "protocol_dir"},
+            "hicupid": {"judge_format", "both_orders", "protocol_dir"},
             "benchpres": {"completeness_judge"},
         }
         given = {
@@ -191,6 +191,7 @@ def rescore(
                 "judge_format": judge_format,
                 "both_orders": both_orders,
                 "completeness_judge": completeness_judge,
+                "protocol_dir": protocol_dir,
             }.items()
             if value is not None
         }
@@ -205,7 +206,16 @@ def rescore(
         if judge is None:
             _fail(ConfigError("re-scoring a HiCUPID run needs --judge"))
         cli_hicupid.rescore_cmd(
-            run, str(judge), judge_format, both_orders, run_dir, concurrency, cache, progress, max_error_rate
+            run,
+            str(judge),
+            judge_format,
+            both_orders,
+            run_dir,
+            concurrency,
+            cache,
+            progress,
+            max_error_rate,
+            protocol_dir,
         )
         return
     if benchmark == "benchpres":
