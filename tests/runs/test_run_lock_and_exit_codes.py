@@ -48,7 +48,9 @@ def test_second_process_is_refused_and_ctrl_c_exits_130_then_resumes(tmp_path: P
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run_dir, cache = tmp_path / "run", tmp_path / "cache.sqlite"
     samples = run_dir / "samples.jsonl"
-    with StubServer(latency=0.3) as srv:
+    # 1 s per call: the first run needs ~27 s for its 18 instances (2 at a time), so it is still running
+    # while a second interpreter starts and is refused, even on a loaded machine.
+    with StubServer(latency=1.0) as srv:
         first = subprocess.Popen(
             _cli(srv.base_url, run_dir, cache),
             env=env,
