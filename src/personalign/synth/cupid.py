@@ -74,7 +74,9 @@ TEMPLATES = {
     "assistant": "synth/cupid_assistant",
     "user_turn": "synth/cupid_user_turn",
     "leak_check": "synth/cupid_leak_check",
-    "decompose": "cupid/decompose",
+    # The checklist-only decomposer the synthesis pipeline was tuned on; the evaluation decomposer
+    # (cupid/decompose) has an analysis step the 135M model overruns at synthesis budgets.
+    "decompose": "synth/cupid_decompose",
 }
 MIN_SESSIONS = 9
 
