@@ -26,6 +26,10 @@ runner = CliRunner()
 CONFIG = CupidConfig(subject="scripted/s", decomposer="scripted/j", matcher="scripted/j", judge="scripted/j")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(base_url: str, run_dir: Path, cache: Path, *extra: str) -> list[str]:
     spec = f"openai-compat/stub@{base_url}"
     return [
@@ -57,6 +61,9 @@ def test_second_process_is_refused_and_ctrl_c_exits_130_then_resumes(tmp_path: P
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # Ctrl-C as at a terminal: a child inherits an ignored SIGINT (as some test runners and
+            # CI shells leave it), and Python then never installs its KeyboardInterrupt handler.
+            preexec_fn=_default_sigint,
         )
         try:
             _wait_for(lambda: samples.exists() and samples.read_text().count("\n") >= 1)
