@@ -83,8 +83,8 @@ def run_cupid_cmd(
 ) -> None:
     """Run CUPID (inference and/or generation) and write a run directory."""
     from personalign.benchmarks.cupid import CupidConfig, default_subject_max_tokens
+    from personalign.benchmarks.cupid_run import RunSettings, run_cupid
     from personalign.report.cupid import print_run_summary
-    from personalign.runs.cupid_run import RunSettings, run_cupid
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
@@ -192,8 +192,8 @@ def rescore(
         )
         return
 
+    from personalign.benchmarks.cupid_run import RunSettings, rescore_cupid
     from personalign.report.cupid import print_run_summary
-    from personalign.runs.cupid_run import RunSettings, rescore_cupid
 
     try:
         result = rescore_cupid(

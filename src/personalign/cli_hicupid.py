@@ -114,8 +114,8 @@ def run_hicupid_cmd(
 ) -> None:
     """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
     from personalign.benchmarks.hicupid import HiCupidConfig
+    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
     from personalign.report.hicupid import print_run_summary
-    from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
     from personalign.types_hicupid import TEST_SPLITS
 
@@ -196,6 +196,7 @@ def run_retrieval_cmd(
     from dataclasses import replace
     from typing import cast
 
+    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, embedding_cache_path
     from personalign.context.hicupid import (
         BM25_VARIANTS,
         PAPER_K,
@@ -208,7 +209,6 @@ def run_retrieval_cmd(
     from personalign.data.hicupid import load_hicupid
     from personalign.report.cupid import write_report
     from personalign.report.tables import Cell, Table
-    from personalign.runs.hicupid_run import HiCupidRunSettings, embedding_cache_path
     from personalign.types_hicupid import TEST_SPLITS
 
     try:
@@ -276,8 +276,8 @@ def rescore_cmd(
     max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
+    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, rescore_hicupid
     from personalign.report.hicupid import print_run_summary
-    from personalign.runs.hicupid_run import HiCupidRunSettings, rescore_hicupid
 
     try:
         result = rescore_hicupid(

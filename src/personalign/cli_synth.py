@@ -46,8 +46,7 @@ LengthOpt = Annotated[
 
 
 def _factory(cache: Path | None, no_cache: bool, max_cost: float | None, prices: Path | None) -> Any:
-    from personalign.runs.cupid_run import RunSettings
-    from personalign.runs.lifecycle import make_factory
+    from personalign.runs.lifecycle import RunSettings, make_factory
 
     return make_factory(
         RunSettings(cache_path=cache, use_cache=not no_cache, max_cost_usd=max_cost, prices=prices)
