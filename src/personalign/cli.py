@@ -25,9 +25,13 @@ from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
 from personalign.cli_synth import register as register_synth
-from personalign.errors import PersonalignError
+from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.redact import safe
+
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
@@ -150,7 +154,6 @@ def rescore(
 
     The benchmark is read from the run's manifest; options of other benchmarks are refused.
     """
-    from personalign.errors import ConfigError
     from personalign.runs.store import RunDir
 
     try:

@@ -22,10 +22,14 @@ from personalign.cli_common import (
     exit_for_run,
 )
 from personalign.cli_common import fail as _fail
-from personalign.errors import PersonalignError
+from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
 from personalign.redact import safe
+
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
 
 
 def run_hicupid_cmd(
@@ -368,7 +372,6 @@ def show_hicupid(
     from personalign.benchmarks.hicupid import HiCupidBenchmark, HiCupidConfig, HiCupidModels
     from personalign.benchmarks.hicupid_protocol import load_paper_texts
     from personalign.data.hicupid import load_hicupid
-    from personalign.errors import ConfigError
     from personalign.llm.model import Model
 
     given: dict[str, object] = {}

@@ -24,6 +24,10 @@ from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 from personalign.redact import safe
 
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
+
 GeneratorOpt = Annotated[
     str, typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2).")
 ]
