@@ -6,6 +6,7 @@ import pytest
 
 from personalign.context.cupid import format_history, format_session
 from personalign.data.cupid import load_cupid
+from personalign.judges.cupid import GENERATION_LABELS
 from personalign.prompts import load_template, parse_template
 
 TEMPLATES = {
@@ -111,3 +112,24 @@ def test_infer_prompt_shows_dialogues_but_no_annotations() -> None:
         assert instance.current_contextual_preference not in prompt, instance.id
         for item in instance.current_checklist:
             assert item not in prompt, instance.id
+
+
+def test_cupid_prompts_carry_the_official_instructions_and_no_extra_hints() -> None:
+    infer = load_template("cupid/infer")
+    text = (infer.system + infer.user).lower()
+    assert "counts against you" in text  # wrong details are penalized
+    for hint in ("opposite", "change their mind", "changed over time"):
+        assert hint not in text
+    assert infer.system.count('\n- "') == 4  # four example preferences
+    match = load_template("cupid/match")
+    assert match.system.count("\nPreference: ") == 8  # eight few-shot pairs
+    assert "ten words" not in match.system
+    decompose = load_template("cupid/decompose")
+    assert (
+        decompose.system.count("- Preference: ") == 5 and "analyse the preference first" in decompose.system
+    )
+    prefmatcher = load_template("cupid/match_prefmatcher")
+    assert prefmatcher.user.startswith("#### Criterion\n\n{{preference}}\n\n#### Checklist\n\n")
+    judge = load_template("cupid/judge_generation")
+    for score, label in enumerate(GENERATION_LABELS, start=1):
+        assert f"  - {score}: {label}\n" in judge.system

@@ -18,6 +18,8 @@ from personalign.cli_common import (
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
+    ProtocolDirOpt,
+    ProtocolOpt,
     console,
     exit_for_run,
 )
@@ -27,6 +29,7 @@ from personalign.cli_protocol import register as register_protocol
 from personalign.cli_synth import register as register_synth
 from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
+from personalign.protocols.upstream import resolve_protocol
 from personalign.redact import safe
 
 # Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
@@ -76,8 +79,20 @@ def run_cupid_cmd(
     ] = None,
     max_tokens: Annotated[
         int | None,
-        typer.Option(help="Max tokens of the subject's answers (default: 256 for local/smollm2, else 1024)."),
+        typer.Option(
+            help="Max tokens of the subject's answers "
+            "(default: 8192 under --protocol paper; else 256 for local/smollm2, 1024 otherwise)."
+        ),
     ] = None,
+    protocol: ProtocolOpt = None,
+    protocol_dir: ProtocolDirOpt = None,
+    system_role: Annotated[
+        str,
+        typer.Option(
+            help="Role of the judges' system message under --protocol paper: 'system', or 'developer' "
+            "as the official code sends to OpenAI models."
+        ),
+    ] = "system",
     max_cost: MaxCostOpt = None,
     prices: PricesOpt = None,
     cache: CacheOpt = None,
@@ -93,6 +108,7 @@ def run_cupid_cmd(
 
     try:
         subject, judge_spec = subject_and_judge(model, judge)
+        chosen = resolve_protocol(protocol, official_data=data.split(":", 1)[0] == "hf")
         config = CupidConfig(
             subject=subject,
             decomposer=decomposer or judge_spec,
@@ -101,7 +117,11 @@ def run_cupid_cmd(
             task=task,  # type: ignore[arg-type]
             context=context,
             matcher_format=matcher_format,  # type: ignore[arg-type]
-            subject_max_tokens=max_tokens if max_tokens is not None else default_subject_max_tokens(subject),
+            subject_max_tokens=(
+                max_tokens if max_tokens is not None else default_subject_max_tokens(subject, chosen)
+            ),
+            protocol=chosen,
+            system_role=system_role,  # type: ignore[arg-type]
         )
         settings = RunSettings(
             run_dir=run_dir,
@@ -114,11 +134,12 @@ def run_cupid_cmd(
             max_cost_usd=max_cost,
             prices=prices,
             progress=progress,
+            protocol_dir=protocol_dir,
         )
         console.print(
             f"cupid: subject [bold]{safe(config.subject)}[/], decomposer {safe(config.decomposer)}, "
             f"matcher {safe(config.matcher)} ({safe(config.matcher_format)}), judge {safe(config.judge)}; "
-            f"task {safe(config.task)}, context {safe(config.context)}"
+            f"task {safe(config.task)}, context {safe(config.context)}, protocol [bold]{config.protocol}[/]"
         )
         if EMBEDDED_DEFAULT in (config.subject, config.judge):
             console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
@@ -149,6 +170,7 @@ def rescore(
     cache: CacheOpt = None,
     progress: ProgressOpt = True,
     max_error_rate: MaxErrorRateOpt = 1.0,
+    protocol_dir: ProtocolDirOpt = None,
 ) -> None:
     """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
 
@@ -159,8 +181,8 @@ def rescore(
     try:
         benchmark = str(RunDir(run).read_manifest().get("benchmark", "cupid"))
         own = {
-            "cupid": {"decomposer", "matcher", "matcher_format"},
-            "hicupid": {"judge_format", "both_orders"},
+            "cupid": {"decomposer", "matcher", "matcher_format", "protocol_dir"},
+            "hicupid": {"judge_format", "both_orders", "protocol_dir"},
             "benchpres": {"completeness_judge"},
         }
         given = {
@@ -172,6 +194,7 @@ def rescore(
                 "judge_format": judge_format,
                 "both_orders": both_orders,
                 "completeness_judge": completeness_judge,
+                "protocol_dir": protocol_dir,
             }.items()
             if value is not None
         }
@@ -186,7 +209,16 @@ def rescore(
         if judge is None:
             _fail(ConfigError("re-scoring a HiCUPID run needs --judge"))
         cli_hicupid.rescore_cmd(
-            run, str(judge), judge_format, both_orders, run_dir, concurrency, cache, progress, max_error_rate
+            run,
+            str(judge),
+            judge_format,
+            both_orders,
+            run_dir,
+            concurrency,
+            cache,
+            progress,
+            max_error_rate,
+            protocol_dir,
         )
         return
     if benchmark == "benchpres":
@@ -201,7 +233,13 @@ def rescore(
     try:
         result = rescore_cupid(
             run,
-            RunSettings(run_dir=run_dir, concurrency=concurrency, cache_path=cache, progress=progress),
+            RunSettings(
+                run_dir=run_dir,
+                concurrency=concurrency,
+                cache_path=cache,
+                progress=progress,
+                protocol_dir=protocol_dir,
+            ),
             judge=judge,
             decomposer=decomposer,
             matcher=matcher,

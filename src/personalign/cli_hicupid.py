@@ -278,6 +278,7 @@ def rescore_cmd(
     cache: CacheOpt = None,
     progress: ProgressOpt = True,
     max_error_rate: MaxErrorRateOpt = 1.0,
+    protocol_dir: ProtocolDirOpt = None,
 ) -> None:
     """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
     from personalign.benchmarks.hicupid_run import HiCupidRunSettings, rescore_hicupid
@@ -286,7 +287,13 @@ def rescore_cmd(
     try:
         result = rescore_hicupid(
             run,
-            HiCupidRunSettings(run_dir=run_dir, concurrency=concurrency, cache_path=cache, progress=progress),
+            HiCupidRunSettings(
+                run_dir=run_dir,
+                concurrency=concurrency,
+                cache_path=cache,
+                progress=progress,
+                protocol_dir=protocol_dir,
+            ),
             judge=judge,
             judge_format=judge_format,
             both_orders=both_orders,

@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-Role = Literal["system", "user", "assistant"]
+# "developer" is OpenAI's name for the system role (the official CUPID evaluator sends it).
+Role = Literal["system", "developer", "user", "assistant"]
 InstanceType = Literal["consistent", "contrastive", "changing"]
 INSTANCE_TYPES: tuple[InstanceType, ...] = ("consistent", "contrastive", "changing")
 
@@ -40,8 +41,10 @@ class Session(Frozen):
     @classmethod
     def _dialogue_roles(cls, dialogue: tuple[Message, ...]) -> tuple[Message, ...]:
         for i, message in enumerate(dialogue):
-            if message.role == "system":
-                raise ValueError(f"message {i} has role 'system'; dialogues hold only user/assistant turns")
+            if message.role in ("system", "developer"):
+                raise ValueError(
+                    f"message {i} has role {message.role!r}; dialogues hold only user/assistant turns"
+                )
         return dialogue
 
 

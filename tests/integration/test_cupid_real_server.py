@@ -41,17 +41,26 @@ def test_full_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
             assert {s.model for s in called} == {"openai-compat/smollm2"}
             assert all(s.raw for s in called)
             assert all(s.prompt_tokens > 0 for s in called)
-            # Schema-constrained judges parse on this model: every task is scored.
-            for name, task in record.results.items():
-                assert task.status == "ok", f"{record.instance_id} {name}: {task.error}"
+            # Schema-constrained judges parse on this model: inference is always scored. The one
+            # error allowed is a generated answer cut off at the 160-token cap (SmolLM2 runs on),
+            # which the personalign protocol never scores.
+            assert record.results["inference"].status == "ok", record.results["inference"].error
             inference = record.results["inference"].scores
             assert inference["n_pred"] >= 1 and inference["n_gold"] >= 1
             assert inference["precision"] == inference["matched_pred"] / inference["n_pred"]
             assert inference["recall"] == inference["matched_gold"] / inference["n_gold"]
-            assert 1 <= record.results["generation"].scores["score"] <= 10
+            generation = record.results["generation"]
+            if generation.status == "ok":
+                assert 1 <= generation.scores["score"] <= 10
+            else:
+                assert "generate: rejected output: reply cut off at the token limit" in (
+                    generation.error or ""
+                )
+                assert record.steps["generate"].finish_reasons == ["length"]
         summary = result.summary
-        for task in ("inference", "generation"):
-            assert (summary[task]["n_scored"], summary[task]["n_errors"]) == (2, 0)
+        assert (summary["inference"]["n_scored"], summary["inference"]["n_errors"]) == (2, 0)
+        cut = summary["steps"]["generate"]["truncated"]
+        assert (summary["generation"]["n_scored"], summary["generation"]["n_errors"]) == (2 - cut, cut)
         assert 0.0 <= summary["inference"]["all"]["f1"] <= 1.0
         assert summary["usage"]["calls"] >= 2 * 4
         manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())

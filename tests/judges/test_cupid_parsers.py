@@ -9,6 +9,8 @@ import pytest
 
 from personalign.errors import ParseError
 from personalign.judges.cupid import (
+    CHECKLIST_SCHEMA,
+    GENERATION_JUDGE_SCHEMA,
     LABEL_SCORES,
     MissingSection,
     format_checklist,
@@ -321,7 +323,7 @@ def test_judgement_integral_scores_accepted(score: Any) -> None:
     judgement = parse_generation_judgement(text)
     assert judgement.score == 8
     assert type(judgement.score) is int
-    assert judgement.label == "Good"
+    assert judgement.label == "Very Good"
     assert judgement.analysis == "Meets most items."
 
 
@@ -334,6 +336,20 @@ def test_judgement_bounds_inclusive(score: int) -> None:
 def test_judgement_bad_scores_rejected(score: Any) -> None:
     with pytest.raises(ParseError):
         parse_generation_judgement(json.dumps({"analysis": "x", "label": "Good", "score": score}))
+
+
+def test_judgement_label_is_the_paper_level_of_the_score() -> None:
+    judgement = parse_generation_judgement(json.dumps({"analysis": "x", "label": "Excellent", "score": 3}))
+    assert judgement.label == "Poor"
+    assert GENERATION_JUDGE_SCHEMA["properties"]["label"]["enum"] == [
+        "Unacceptable", "Very Poor", "Poor", "Below Average", "Acceptable",
+        "Above Average", "Good", "Very Good", "Excellent", "Exceptional",
+    ]  # fmt: skip
+
+
+def test_checklist_schema_asks_for_an_analysis_first() -> None:
+    assert list(CHECKLIST_SCHEMA["properties"]) == ["analysis", "checklist"]
+    assert CHECKLIST_SCHEMA["required"] == ["analysis", "checklist"]
 
 
 def test_judgement_missing_score_rejected() -> None:
@@ -416,7 +432,8 @@ def test_match_schema_prefmatcher_is_an_array() -> None:
 
 def test_generation_judgement_defaults_and_error_messages() -> None:
     judgement = parse_generation_judgement('{"score": 5}')
-    assert (judgement.score, judgement.label, judgement.analysis) == (5, "", "")
+    # no label given: the label is the named level of the score (the scale's fifth level)
+    assert (judgement.score, judgement.label, judgement.analysis) == (5, "Acceptable", "")
     with pytest.raises(ParseError, match=r"^generation judge: score 11 is not an integer from 1 to 10$"):
         parse_generation_judgement('{"score": 11}')
     with pytest.raises(ParseError, match=r"^generation judge: expected a JSON object, got list$"):

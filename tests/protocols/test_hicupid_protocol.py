@@ -289,7 +289,8 @@ def test_cli_protocol_show_and_a_paper_run(tmp_path: Path, checkout: Path) -> No
     from personalign.cli import app
 
     runner = CliRunner()
-    show = ["protocol", "show", "hicupid", "--instance", "test_1/0#2", "--protocol-dir", str(checkout)]
+    show = ["protocol", "show", "hicupid", "--instance", "test_1/0#2", "--protocol", "paper"]
+    show += ["--protocol-dir", str(checkout)]
     out = runner.invoke(app, [*show, "--setting", "shots=1", "--setting", "slot=B", "--answer", "MINE"])
     assert out.exit_code == 0, out.output
     shown = json.loads(out.stdout)
@@ -350,3 +351,18 @@ def test_a_truncated_answer_is_scored_under_paper_and_an_error_under_personalign
     own = run_hicupid(cfg, settings, factory=factory)
     assert own.summary["qa"]["n_scored"] == 0
     assert all("cut off at the token limit" in e for e in own.summary["qa"]["errors"].values())
+
+
+def test_rescore_of_a_paper_run_reads_the_protocol_dir(tmp_path: Path, checkout: Path) -> None:
+    from typer.testing import CliRunner
+
+    from personalign.cli import app
+
+    _run(tmp_path, checkout, Recorder())
+    args = ["rescore", str(tmp_path / "run"), "--judge", "scripted/m", "--run-dir", str(tmp_path / "again")]
+    args += ["--cache", str(tmp_path / "c.sqlite"), "--no-progress"]
+    missing = CliRunner().invoke(app, [*args, "--protocol-dir", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "personalign protocol fetch hicupid" in " ".join(missing.output.split())
+    found = CliRunner().invoke(app, [*args, "--protocol-dir", str(checkout)])
+    assert found.exit_code == 0, found.output
+    assert RunDir(tmp_path / "again").read_manifest()["protocol"] == "paper"

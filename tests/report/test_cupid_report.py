@@ -93,8 +93,8 @@ def test_each_cell_equals_its_summary_value(runs: dict[str, tuple[Path, dict[str
 def test_tables_show_percent_and_score_scales(runs: dict[str, tuple[Path, dict[str, Any]]]) -> None:
     tables = build_report([runs["full"][0]])
     t1, t3 = tables["table1"], tables["table3"]
-    assert t1.title == "Table 1: preference inference (precision, recall, F1, %)"
-    assert t3.title == "Table 3: response generation (judge score 1-10)"
+    assert t1.title == "Table 1: preference inference (precision, recall, F1, %) [protocol: personalign]"
+    assert t3.title == "Table 3: response generation (judge score 1-10) [protocol: personalign]"
     full = runs["full"][1]
     cells1, cells3 = next(iter(t1.rows.values())), next(iter(t3.rows.values()))
     assert t1.fmt(cells1["All R"]) == f"{100 * full['inference']['all']['recall']:.1f}"

@@ -98,7 +98,18 @@ def test_the_hub_extra_hint_survives_the_cli(tmp_path: Path) -> None:
     else:
         pytest.skip("the hf extra is installed: the hint is not shown")
     result = runner.invoke(
-        app, ["run", "cupid", "--data", "hf", "--no-progress", "--run-dir", str(tmp_path / "r")]
+        app,
+        [
+            "run",
+            "cupid",
+            "--data",
+            "hf",
+            "--protocol",
+            "personalign",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path / "r"),
+        ],
     )
     assert result.exit_code == 2
     assert "pip install personalign[hf]" in " ".join(result.output.split())

@@ -17,6 +17,7 @@ from personalign.benchmarks.cupid import (
     prompt_hashes,
     summarize,
 )
+from personalign.benchmarks.cupid_protocol import CupidPaperPrompts, load_paper_prompts
 from personalign.data.cupid import LoadedDataset, describe_source, load_cupid
 from personalign.errors import ConfigError
 from personalign.llm import ModelFactory
@@ -63,12 +64,22 @@ def cupid_identity_from(config: CupidConfig, source: str, sha256: str | None, se
     }
 
 
+def paper_prompts_for(config: CupidConfig, settings: RunSettings) -> CupidPaperPrompts | None:
+    """The verified official prompts when the run uses the paper protocol, else None."""
+    return load_paper_prompts(settings.protocol_dir) if config.protocol == "paper" else None
+
+
 def build_manifest(
-    config: CupidConfig, data: LoadedDataset, settings: RunSettings, factory: ModelFactory
+    config: CupidConfig,
+    data: LoadedDataset,
+    settings: RunSettings,
+    factory: ModelFactory,
+    paper: CupidPaperPrompts | None = None,
 ) -> dict[str, Any]:
     identity = cupid_identity(config, data, settings.seed)
     return {
         "benchmark": "cupid",
+        "protocol": config.protocol,
         "identity": identity,
         "identity_hash": identity_hash(identity),
         "config": config.to_record(),
@@ -78,7 +89,8 @@ def build_manifest(
         },
         "data": {"source": data.source, "sha256": data.sha256, "n_instances": len(data.instances)},
         "selection": {"limit": settings.limit, "instance_types": list(settings.instance_types)},
-        "prompts": prompt_hashes(),
+        "prompts": paper.hashes() if paper is not None else prompt_hashes(),
+        **({"upstream": dict(paper.source)} if paper is not None else {}),
         "seed": settings.seed,
         "max_cost_usd": settings.max_cost_usd,
         "prices": factory.prices.source,
@@ -87,7 +99,8 @@ def build_manifest(
 
 
 def default_run_dir(config: CupidConfig, identity: dict[str, Any], root: Path) -> Path:
-    return lifecycle.default_run_dir(root, "cupid", config.subject, [config.context, config.task], identity)
+    parts = [config.context, config.task] + (["paper"] if config.protocol == "paper" else [])
+    return lifecycle.default_run_dir(root, "cupid", config.subject, parts, identity)
 
 
 def write_summary(
@@ -103,6 +116,7 @@ def write_summary(
     uses_default = EMBEDDED_DEFAULT in {config.subject, config.judge, config.matcher, config.decomposer}
     summary = {
         "benchmark": "cupid",
+        "protocol": config.protocol,
         "status": status,
         "finished": now(),
         "task": config.task,
@@ -128,6 +142,7 @@ async def _execute(
     factory: ModelFactory,
     settings: RunSettings,
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+    paper: CupidPaperPrompts | None = None,
 ) -> RunOutcome:
     models = CupidModels(
         subject=factory.get(config.subject),
@@ -136,7 +151,7 @@ async def _execute(
         judge=factory.get(config.judge),
     )
     return await execute(
-        CupidBenchmark(config, models),
+        CupidBenchmark(config, models, paper),
         instances,
         run_dir,
         factory,
@@ -167,6 +182,7 @@ def run_cupid(
     finished = _finished_run(config, settings, data)
     if finished is not None:
         return finished
+    paper = paper_prompts_for(config, settings)
     with ExitStack() as held:
         with long_lived_frozen():  # the dataset is never garbage during the run: keep the GC off it
             with building_long_lived():
@@ -175,12 +191,12 @@ def run_cupid(
             if not instances:
                 raise ConfigError("no instances selected (check --instance-type and --limit)")
             factory = factory or make_factory(settings)
-            manifest = build_manifest(config, dataset, settings, factory)
+            manifest = build_manifest(config, dataset, settings, factory, paper)
             run_dir = RunDir(
                 settings.run_dir or default_run_dir(config, manifest["identity"], settings.runs_root)
             )
             held.enter_context(locked_run(run_dir, manifest))
-            outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings))
+            outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings, paper=paper))
         summary = write_summary(
             run_dir,
             config,
@@ -230,8 +246,9 @@ def rescore_cupid(
         raise ConfigError(f"the data at {source_data} changed since {source} was run (sha256 differs)")
     old_records = old_dir.records()
     instances = [i for i in dataset.instances if i.id in old_records]
+    paper = paper_prompts_for(config, settings)
     factory = factory or make_factory(settings)
-    new_manifest = build_manifest(config, dataset, settings, factory)
+    new_manifest = build_manifest(config, dataset, settings, factory, paper)
     new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
     target = settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}")
     run_dir = RunDir(target)
@@ -241,7 +258,9 @@ def rescore_cupid(
         return {k: v for k, v in steps.items() if k in SUBJECT_STEPS or k.startswith("summary/")}
 
     with locked_run(run_dir, new_manifest):
-        outcome = asyncio.run(_execute(config, instances, run_dir, factory, settings, previous_steps=kept))
+        outcome = asyncio.run(
+            _execute(config, instances, run_dir, factory, settings, previous_steps=kept, paper=paper)
+        )
         summary = write_summary(
             run_dir,
             config,

@@ -15,20 +15,42 @@ LABEL_SCORES: dict[str, float] = {"Fully Covered": 1.0, "Partially Covered": 0.5
 MatcherFormat = Literal["default", "prefmatcher"]
 MAX_CHECKLIST_ITEMS = 4
 
+# The decomposer analyses the preference before listing the checklist, as the official one does.
 CHECKLIST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
+        "analysis": {"type": "string", "maxLength": 160},
         "checklist": {
             "type": "array",
             "items": {"type": "string", "minLength": 5, "maxLength": 200},
             "minItems": 1,
             "maxItems": MAX_CHECKLIST_ITEMS,
-        }
+        },
     },
+    "required": ["analysis", "checklist"],
+}
+
+# Checklist only, no analysis: the synthesis pipeline keeps its decomposer calls short (the tiny
+# local model otherwise runs past its token budget inside the analysis).
+CHECKLIST_ONLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"checklist": CHECKLIST_SCHEMA["properties"]["checklist"]},
     "required": ["checklist"],
 }
 
-GENERATION_LABELS = ("Fails", "Poor", "Partial", "Good", "Excellent")
+# The paper's 10 named levels, from score 1 to score 10.
+GENERATION_LABELS = (
+    "Unacceptable",
+    "Very Poor",
+    "Poor",
+    "Below Average",
+    "Acceptable",
+    "Above Average",
+    "Good",
+    "Very Good",
+    "Excellent",
+    "Exceptional",
+)
 GENERATION_JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -192,6 +214,6 @@ def parse_generation_judgement(text: str) -> GenerationJudgement:
         score = int(score)
     if not isinstance(score, int) or isinstance(score, bool) or not 1 <= score <= 10:
         raise ParseError(f"generation judge: score {score!r} is not an integer from 1 to 10")
-    label = data.get("label", "")
+    # The label is the name of the score's level: a stray label cannot contradict the score.
     analysis = data.get("analysis", "")
-    return GenerationJudgement(score=score, label=str(label), analysis=str(analysis))
+    return GenerationJudgement(score=score, label=GENERATION_LABELS[score - 1], analysis=str(analysis))

@@ -2,7 +2,9 @@
 
 Runs of the same subject and judges are merged into one row: the ``full`` (or ``summaries``)
 run fills the per-type columns, an ``oracle`` run the Oracle columns and a
-``gold-preference`` run the Preference column.
+``gold-preference`` run the Preference column. Every table title names the protocol; runs of
+different protocols are never merged into one row: each row then carries a ``[paper]`` or
+``[personalign]`` marker.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.cupid import CupidConfig, summarize
 from personalign.errors import ConfigError
+from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
@@ -46,6 +49,17 @@ def _row_name(manifest: dict[str, Any]) -> str:
     return f"{models['subject']}{base} [judged by {judge_note}]"
 
 
+def run_protocol(manifest: dict[str, Any]) -> str:
+    """The run's protocol; runs made before protocols existed used our own prompts."""
+    return str(manifest.get("protocol") or manifest.get("config", {}).get("protocol") or "personalign")
+
+
+def _protocol_title(protocols: set[str]) -> str:
+    if len(protocols) == 1:
+        return f" [protocol: {next(iter(protocols))}]"
+    return f" [protocols: {', '.join(sorted(protocols))}; each row marked]"
+
+
 def _prf_cells(block: dict[str, Any], prefix: str) -> dict[str, Cell]:
     n = block.get("n_instances")
     return {
@@ -70,21 +84,25 @@ def _mean_cell(block: dict[str, Any]) -> Cell:
 
 def build_report(paths: Sequence[Path]) -> dict[str, Table]:
     groups = ["All", "Consistent", "Contrastive", "Changing", "Oracle"]
+    loaded = [(path, *load_summary(path)) for path in paths]
+    protocols = {run_protocol(manifest) for _, manifest, _ in loaded}
+    mixed = len(protocols) > 1
     t1 = Table(
-        "Table 1: preference inference (precision, recall, F1, %)",
+        "Table 1: preference inference (precision, recall, F1, %)" + _protocol_title(protocols),
         [f"{g} {m}" for g in groups for m in ("P", "R", "F1")],
         digits=1,
         scale=100.0,
     )
     t3 = Table(
-        "Table 3: response generation (judge score 1-10)",
+        "Table 3: response generation (judge score 1-10)" + _protocol_title(protocols),
         ["All", "Consistent", "Contrastive", "Changing", "Oracle", "Preference"],
         digits=2,
     )
-    for path in paths:
-        manifest, summary = load_summary(path)
+    for path, manifest, summary in loaded:
         context = manifest["config"]["context"]
         row = _row_name(manifest)  # oracle and gold-preference runs share the full run's row
+        if mixed:
+            row = protocol_label(row, run_protocol(manifest))
         if "inference" in summary and summary["inference"].get("all"):
             inf = summary["inference"]
             cells = t1.rows.setdefault(row, {})
@@ -130,7 +148,12 @@ def write_report(tables: dict[str, Table], out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    table = RichTable(title=safe(f"CUPID · {summary['models']['subject']} · context {summary['context']}"))
+    protocol = summary.get("protocol", "personalign")
+    table = RichTable(
+        title=safe(
+            f"CUPID · {summary['models']['subject']} · context {summary['context']} · protocol {protocol}"
+        )
+    )
     table.add_column("")
     table.add_column("n")
     table.add_column("errors")

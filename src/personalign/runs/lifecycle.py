@@ -45,6 +45,8 @@ class RunSettings:
     max_cost_usd: float | None = None
     prices: Path | None = None
     progress: bool = True
+    # Where the official prompt files are read for --protocol paper (their sha256 are pinned).
+    protocol_dir: Path | None = None
 
 
 @dataclass

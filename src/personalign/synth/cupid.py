@@ -25,7 +25,7 @@ from personalign.data.cupid_build import PersonaJourney, PlannedSession, build_i
 from personalign.data.files import read_records
 from personalign.errors import ConfigError, DataError, ParseError
 from personalign.fixtures import fixture_path
-from personalign.judges.cupid import CHECKLIST_SCHEMA, format_checklist, parse_checklist
+from personalign.judges.cupid import CHECKLIST_ONLY_SCHEMA, format_checklist, parse_checklist
 from personalign.llm import ModelFactory
 from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
@@ -776,7 +776,7 @@ class CupidSynthesizer:
                     model=self.models.decomposer,
                     template=load_template(TEMPLATES["decompose"]),
                     values={"preference": preference},
-                    config=self._cfg("decomposer", CHECKLIST_SCHEMA, "checklist"),
+                    config=self._cfg("decomposer", CHECKLIST_ONLY_SCHEMA, "checklist"),
                     parse=parse_checklist,
                     reasks=self.config.reasks,
                 )
