@@ -27,10 +27,14 @@ from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
 from personalign.cli_synth import register as register_synth
-from personalign.errors import PersonalignError
+from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
 from personalign.redact import safe
+
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
@@ -98,8 +102,8 @@ def run_cupid_cmd(
 ) -> None:
     """Run CUPID (inference and/or generation) and write a run directory."""
     from personalign.benchmarks.cupid import CupidConfig, default_subject_max_tokens
+    from personalign.benchmarks.cupid_run import RunSettings, run_cupid
     from personalign.report.cupid import print_run_summary
-    from personalign.runs.cupid_run import RunSettings, run_cupid
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
@@ -172,7 +176,6 @@ def rescore(
 
     The benchmark is read from the run's manifest; options of other benchmarks are refused.
     """
-    from personalign.errors import ConfigError
     from personalign.runs.store import RunDir
 
     try:
@@ -224,8 +227,8 @@ def rescore(
         )
         return
 
+    from personalign.benchmarks.cupid_run import RunSettings, rescore_cupid
     from personalign.report.cupid import print_run_summary
-    from personalign.runs.cupid_run import RunSettings, rescore_cupid
 
     try:
         result = rescore_cupid(

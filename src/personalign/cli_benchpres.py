@@ -23,6 +23,10 @@ from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.redact import safe
 
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
+
 
 def run_benchpres_cmd(
     model: Annotated[
@@ -111,9 +115,9 @@ def run_benchpres_cmd(
 ) -> None:
     """Run BenchPreS: are stored preferences applied only where the context allows them?"""
     from personalign.benchmarks.benchpres import BenchPresConfig
+    from personalign.benchmarks.benchpres_run import defaults_for, run_benchpres
+    from personalign.benchmarks.cupid_run import RunSettings
     from personalign.report.benchpres import print_run_summary
-    from personalign.runs.benchpres_run import defaults_for, run_benchpres
-    from personalign.runs.cupid_run import RunSettings
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
@@ -245,9 +249,9 @@ def rescore_cmd(
     max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Re-judge a run's saved responses with other judges (no subject calls)."""
+    from personalign.benchmarks.benchpres_run import rescore_benchpres
+    from personalign.benchmarks.cupid_run import RunSettings
     from personalign.report.benchpres import print_run_summary
-    from personalign.runs.benchpres_run import rescore_benchpres
-    from personalign.runs.cupid_run import RunSettings
 
     try:
         result = rescore_benchpres(

@@ -22,10 +22,14 @@ from personalign.cli_common import (
     exit_for_run,
 )
 from personalign.cli_common import fail as _fail
-from personalign.errors import PersonalignError
+from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
 from personalign.redact import safe
+
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
 
 
 def run_hicupid_cmd(
@@ -114,8 +118,8 @@ def run_hicupid_cmd(
 ) -> None:
     """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
     from personalign.benchmarks.hicupid import HiCupidConfig
+    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
     from personalign.report.hicupid import print_run_summary
-    from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
     from personalign.types_hicupid import TEST_SPLITS
 
@@ -196,6 +200,7 @@ def run_retrieval_cmd(
     from dataclasses import replace
     from typing import cast
 
+    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, embedding_cache_path
     from personalign.context.hicupid import (
         BM25_VARIANTS,
         PAPER_K,
@@ -208,7 +213,6 @@ def run_retrieval_cmd(
     from personalign.data.hicupid import load_hicupid
     from personalign.report.cupid import write_report
     from personalign.report.tables import Cell, Table
-    from personalign.runs.hicupid_run import HiCupidRunSettings, embedding_cache_path
     from personalign.types_hicupid import TEST_SPLITS
 
     try:
@@ -277,8 +281,8 @@ def rescore_cmd(
     protocol_dir: ProtocolDirOpt = None,
 ) -> None:
     """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
+    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, rescore_hicupid
     from personalign.report.hicupid import print_run_summary
-    from personalign.runs.hicupid_run import HiCupidRunSettings, rescore_hicupid
 
     try:
         result = rescore_hicupid(
@@ -375,7 +379,6 @@ def show_hicupid(
     from personalign.benchmarks.hicupid import HiCupidBenchmark, HiCupidConfig, HiCupidModels
     from personalign.benchmarks.hicupid_protocol import load_paper_texts
     from personalign.data.hicupid import load_hicupid
-    from personalign.errors import ConfigError
     from personalign.llm.model import Model
 
     given: dict[str, object] = {}

@@ -13,6 +13,10 @@ from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 from personalign.redact import safe
 
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
+
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:
     """Add the memory commands to the `personalign` app (``run_app`` is unused for now)."""

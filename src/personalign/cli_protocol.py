@@ -20,6 +20,10 @@ from personalign.protocols.upstream import (
 )
 from personalign.redact import safe
 
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
+
 protocol_app = typer.Typer(no_args_is_help=True, help="The official (paper) protocols: fetch, verify, show.")
 
 # Each benchmark declares its upstream source in its own module; listed here, imported on demand.

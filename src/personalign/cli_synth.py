@@ -24,6 +24,10 @@ from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 from personalign.redact import safe
 
+# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
+# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
+# checked by lint-imports; docs/architecture.md).
+
 GeneratorOpt = Annotated[
     str, typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2).")
 ]
@@ -46,8 +50,7 @@ LengthOpt = Annotated[
 
 
 def _factory(cache: Path | None, no_cache: bool, max_cost: float | None, prices: Path | None) -> Any:
-    from personalign.runs.cupid_run import RunSettings
-    from personalign.runs.lifecycle import make_factory
+    from personalign.runs.lifecycle import RunSettings, make_factory
 
     return make_factory(
         RunSettings(cache_path=cache, use_cache=not no_cache, max_cost_usd=max_cost, prices=prices)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from personalign.benchmarks.benchpres import BenchPresConfig
+from personalign.benchmarks.benchpres_run import run_benchpres
+from personalign.benchmarks.cupid_run import RunSettings
 from personalign.report.benchpres import build_report, write_report
-from personalign.runs.benchpres_run import run_benchpres
-from personalign.runs.cupid_run import RunSettings
 from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
 

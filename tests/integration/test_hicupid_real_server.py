@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from personalign.benchmarks.hicupid import HiCupidConfig
+from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.report.hicupid import build_report
-from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
 

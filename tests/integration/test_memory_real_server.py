@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.llm import CallCache, ModelFactory
 from personalign.memory import (
     CommunicationContext,
@@ -18,7 +19,6 @@ from personalign.memory import (
     select_memories,
 )
 from personalign.memory.extract import extractor_id
-from personalign.runs.cupid_run import RunSettings, run_cupid
 from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
 

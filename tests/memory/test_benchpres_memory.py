@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from personalign.benchmarks.benchpres import BenchPresConfig
+from personalign.benchmarks.benchpres_run import rescore_benchpres, run_benchpres
+from personalign.benchmarks.cupid_run import RunSettings
 from personalign.context.benchpres import StrategyEnv, get_context_strategy, split_memory_prompt
 from personalign.data.benchpres import load_benchpres
 from personalign.errors import ConfigError, DataError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.memory.benchpres import match_preferences, selection_summary
-from personalign.runs.benchpres_run import rescore_benchpres, run_benchpres
-from personalign.runs.cupid_run import RunSettings
 from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.store import RunDir
 from personalign.types import Message
@@ -127,7 +127,7 @@ def test_memory_run_records_decisions_scores_them_and_names_the_judge(tmp_path: 
 
 
 def test_memory_settings_change_the_run_identity(tmp_path: Path) -> None:
-    from personalign.runs.benchpres_run import benchpres_identity
+    from personalign.benchmarks.benchpres_run import benchpres_identity
 
     full = benchpres_identity(replace(CONFIG, context="full"), "fixture", "x", 0)
     memory = benchpres_identity(CONFIG, "fixture", "x", 0)

@@ -7,11 +7,11 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.cli import app
 from personalign.context.cupid import MEMORY_K, select_sessions
 from personalign.data.cupid import load_cupid
 from personalign.report.cupid import build_report, write_report
-from personalign.runs.cupid_run import RunSettings, run_cupid
 
 
 def test_memory_context_selects_k_sessions_in_order_with_the_oracle() -> None:

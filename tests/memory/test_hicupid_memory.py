@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from personalign.benchmarks.hicupid import HiCupidConfig
+from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.cli import app
 from personalign.context.hicupid import (
     ContextOptions,
@@ -25,7 +26,6 @@ from personalign.errors import ConfigError
 from personalign.memory.evaluate import approx_tokens
 from personalign.memory.hicupid import MEMORY_K, MemoryContext, evaluate_hicupid, history_tokens
 from personalign.report.hicupid import build_report
-from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.runs.store import RunDir
 from personalign.types_hicupid import TEST_SPLITS
 

@@ -11,13 +11,13 @@ import pytest
 
 from personalign.benchmarks import hicupid_protocol as hp
 from personalign.benchmarks.hicupid import HiCupidConfig
+from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.data.hicupid import load_hicupid
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.llm.types import BackendResponse
 from personalign.protocols import ProtocolError, UpstreamSource
-from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.runs.store import RunDir
 from personalign.types import Message
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from personalign.benchmarks.benchpres import BenchPresConfig
+from personalign.benchmarks.benchpres_run import run_benchpres
+from personalign.benchmarks.cupid_run import RunSettings
 from personalign.cli import app
 from personalign.report.benchpres import build_report, write_report
-from personalign.runs.benchpres_run import run_benchpres
-from personalign.runs.cupid_run import RunSettings
 
 CONFIG = BenchPresConfig(subject="scripted/s", judge="scripted/j", completeness_judge="scripted/j", samples=2)
 

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.report.cupid import build_report
-from personalign.runs.cupid_run import RunSettings, run_cupid
 
 CONFIG = CupidConfig(subject="scripted/s", decomposer="scripted/j", matcher="scripted/j", judge="scripted/j")
 

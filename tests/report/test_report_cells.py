@@ -13,8 +13,11 @@ import pytest
 from rich.console import Console
 
 from personalign.benchmarks.benchpres import BenchPresConfig
+from personalign.benchmarks.benchpres_run import run_benchpres
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.benchmarks.hicupid import HiCupidConfig
+from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.errors import ModelCallError
 from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
@@ -22,9 +25,6 @@ from personalign.report import benchpres as benchpres_report
 from personalign.report import cupid as cupid_report
 from personalign.report import hicupid as hicupid_report
 from personalign.report.tables import write_tables
-from personalign.runs.benchpres_run import run_benchpres
-from personalign.runs.cupid_run import RunSettings, run_cupid
-from personalign.runs.hicupid_run import HiCupidRunSettings, run_hicupid
 from personalign.types import Message
 
 CUPID = CupidConfig(subject="scripted/s", decomposer="scripted/j", matcher="scripted/j", judge="scripted/j")

@@ -17,14 +17,14 @@ from personalign.benchmarks.benchpres import (
     BenchPresModels,
     summarize,
 )
+from personalign.benchmarks.benchpres_run import defaults_for, rescore_benchpres, run_benchpres
+from personalign.benchmarks.cupid_run import RunSettings
 from personalign.context.benchpres import register_context_strategy, split_memory_prompt
 from personalign.data.benchpres import load_benchpres
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import BackendResponse
-from personalign.runs.benchpres_run import defaults_for, rescore_benchpres, run_benchpres
-from personalign.runs.cupid_run import RunSettings
 from personalign.runs.store import RunDir
 from personalign.types import BenchPresRow, Message
 

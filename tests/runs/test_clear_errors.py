@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.cli import app
 from personalign.errors import ConfigError
-from personalign.runs.cupid_run import RunSettings, run_cupid
 
 runner = CliRunner()
 CONFIG = CupidConfig(subject="scripted/s", decomposer="scripted/j", matcher="scripted/j", judge="scripted/j")

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.llm import CallCache, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend
-from personalign.runs.cupid_run import RunSettings, run_cupid
 from personalign.types import Message
 
 CONFIG = CupidConfig(subject="scripted/s", decomposer="scripted/j", matcher="scripted/j", judge="scripted/j")

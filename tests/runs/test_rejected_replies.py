@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.errors import ParseError
 from personalign.llm import CallCache
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import BackendResponse, GenerateConfig
-from personalign.runs.cupid_run import RunSettings, run_cupid
 from personalign.runs.records import StepRecord
 from personalign.runs.steps import UNFINISHED, StepFailed, StepRunner
 from personalign.types import Message

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.llm import ModelFactory
 from personalign.llm.backends.scripted import default_responder
 from personalign.llm.model import RetryPolicy
 from personalign.llm.types import GenerateConfig
-from personalign.runs.cupid_run import RunSettings, run_cupid
 from personalign.runs.lifecycle import make_factory
 from personalign.runs.store import RunDir
 from personalign.types import Message

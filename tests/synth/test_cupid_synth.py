@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from personalign.benchmarks.cupid import CupidConfig
+from personalign.benchmarks.cupid_run import RunSettings, run_cupid
 from personalign.data.cupid import load_cupid
 from personalign.errors import ConfigError, DataError, ParseError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory, parse_model_spec
 from personalign.llm.backends import Backend
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
-from personalign.runs.cupid_run import RunSettings, run_cupid
 from personalign.synth.common import UnitState
 from personalign.synth.cupid import (
     CupidSynthConfig,

@@ -45,6 +45,7 @@ from personalign.judges.benchpres import (
 from personalign.judges.parsing import split_reasoning
 from personalign.llm.model import Model
 from personalign.llm.types import GenerateConfig
+from personalign.memory.benchpres import selection_summary
 from personalign.metrics.benchpres import Judgement, breakdown, selectivity_scores
 from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
 from personalign.prompts import load_template
@@ -497,8 +498,6 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
             )
         )
     )
-    from personalign.memory.benchpres import selection_summary  # the memory engine, only if used
-
     placed: dict[tuple[str, int], tuple[str, str]] = {}
     for r in records:
         result = r.results.get("preferences")

@@ -15,9 +15,11 @@ Only the dialogue text is ever rendered; context factors and preferences are ann
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
+from personalign.history import format_history as format_history  # re-exported for the CUPID benchmark
+from personalign.history import format_session as format_session
+from personalign.memory.strategy import retrieve_sessions, shared_embedder
 from personalign.types import CupidInstance, Session
 
 CupidContext = Literal["full", "oracle", "oracle-factor", "summaries", "gold-preference", "memory"]
@@ -33,20 +35,6 @@ CUPID_CONTEXTS: tuple[str, ...] = (
 # (docs/memory.md gives memory-eval at k=2 and k=3).
 MEMORY_K = 2
 
-_SPEAKER = {"user": "User", "assistant": "AI Assistant", "system": "System"}
-
-
-def format_session(session: Session) -> str:
-    """One session's dialogue as markdown blocks, without its annotations."""
-    return "\n\n".join(f"#### {_SPEAKER[m.role]}\n{m.content.strip()}" for m in session.dialogue)
-
-
-def format_history(bodies: Sequence[str]) -> str:
-    """Number the sessions chronologically and separate them with rules."""
-    if not bodies:
-        return "(no earlier conversations)"
-    return "\n\n---\n\n".join(f"### Session {k}\n\n{body}" for k, body in enumerate(bodies, start=1))
-
 
 def select_sessions(instance: CupidInstance, context: str) -> tuple[Session, ...]:
     """The prior sessions a context strategy shows, in their original order."""
@@ -59,8 +47,6 @@ def select_sessions(instance: CupidInstance, context: str) -> tuple[Session, ...
     if context == "gold-preference":
         return ()
     if context == "memory":
-        from personalign.memory.strategy import retrieve_sessions, shared_embedder
-
         positions = retrieve_sessions(
             [s.dialogue for s in instance.prior_interactions],
             instance.current_request,

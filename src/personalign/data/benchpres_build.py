@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from personalign.context.benchpres import compose_memory_prompt
+from personalign.context.benchpres_prompt import compose_memory_prompt
 from personalign.data.cupid import _field_path
 from personalign.errors import DataError
 from personalign.judges.benchpres import categorize, nickname_applied, nickname_of

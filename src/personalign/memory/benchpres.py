@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from personalign.context.benchpres import (
+from personalign.context.benchpres_prompt import (
     ContextResult,
     ContextStrategy,
     StrategyEnv,

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from personalign.context.cupid import format_history, format_session
+from personalign.errors import ConfigError
+from personalign.history import format_history, format_session
 from personalign.memory.engine import MemoryEngine, RetrievalConfig
 from personalign.memory.store import NewSession
 from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
@@ -129,8 +130,6 @@ def evaluate_cupid(
     """Score every method on every instance; return (summary, per-instance scores)."""
     unknown = set(methods) - set(METHODS)
     if unknown:
-        from personalign.errors import ConfigError
-
         raise ConfigError(f"unknown methods {sorted(unknown)} (known: {', '.join(METHODS)})")
     engine = MemoryEngine(":memory:", embedder=embedder)
     load_instances(engine, instances)

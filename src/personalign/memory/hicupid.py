@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from personalign.context.hicupid import (
+from personalign.context.hicupid_history import (
     ContextOptions,
     ContextSelection,
     HistoryUnit,

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from personalign.context.cupid import format_history
 from personalign.errors import ConfigError, ParseError
+from personalign.history import SPEAKER, format_history
 from personalign.judges.parsing import extract_json, require_object
 from personalign.llm import GenerateConfig, Model
 from personalign.memory.supersession import factor_key
@@ -32,7 +32,6 @@ from personalign.prompts import load_template
 from personalign.runs.steps import StepFailed, StepRunner
 
 TEMPLATE = "memory/judge_apply"
-_SPEAKER = {"user": "User", "assistant": "AI Assistant", "system": "System"}
 Policy = Literal["apply", "suppress", "judge"]
 POLICIES = ("apply", "suppress", "judge")
 
@@ -155,7 +154,7 @@ def render_memory_block(
     if sessions:
         ordered = sorted(sessions, key=lambda s: (s.timestamp, s.seq))
         bodies = [
-            "\n\n".join(f"#### {_SPEAKER.get(t.role, t.role)}\n{t.content.strip()}" for t in s.turns)
+            "\n\n".join(f"#### {SPEAKER.get(t.role, t.role)}\n{t.content.strip()}" for t in s.turns)
             for s in ordered
         ]
         parts.append(sessions_header + "\n\n" + format_history(bodies))

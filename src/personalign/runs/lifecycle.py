@@ -30,6 +30,25 @@ SMALL_MODEL_NOTICE = (
 )
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """How to run (not what): none of these change the results."""
+
+    run_dir: Path | None = None
+    runs_root: Path = Path("runs")
+    concurrency: int = 8
+    limit: int | None = None
+    instance_types: tuple[str, ...] = ()
+    seed: int = 0
+    cache_path: Path | None = None
+    use_cache: bool = True
+    max_cost_usd: float | None = None
+    prices: Path | None = None
+    progress: bool = True
+    # Where the official prompt files are read for --protocol paper (their sha256 are pinned).
+    protocol_dir: Path | None = None
+
+
 @dataclass
 class RunResult:
     run_dir: RunDir

@@ -29,6 +29,7 @@ from personalign.judges.cupid import CHECKLIST_ONLY_SCHEMA, format_checklist, pa
 from personalign.llm import ModelFactory
 from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
+from personalign.llm.types import GenerateConfig
 from personalign.prompts import load_template
 from personalign.runs.manifest import environment, identity_hash
 from personalign.runs.steps import StepFailed
@@ -50,7 +51,7 @@ from personalign.synth.common import (
     slug,
     text_schema,
 )
-from personalign.synth.cupid_checks import check_persona, lexical_leak
+from personalign.synth.cupid_checks import check_persona, lexical_leak, write_outputs
 from personalign.synth.taxonomy import (
     BIG_FIVE,
     CAREER_LEVELS,
@@ -390,8 +391,6 @@ CHANGED_SCHEMA: dict[str, Any] = {
 
 def too_similar(a: str, b: str) -> bool:
     """Whether two preferences are the same or nearly so (a copy, not a change or a contrast)."""
-    from personalign.synth.cupid_checks import lexical_leak
-
     return (
         a.lower().strip(" .") == b.lower().strip(" .") or min(lexical_leak(a, b), lexical_leak(b, a)) >= 0.9
     )
@@ -574,8 +573,6 @@ class CupidSynthesizer:
         self.store = store
 
     def _cfg(self, stage: str, schema: dict[str, Any] | None, name: str) -> Any:
-        from personalign.llm.types import GenerateConfig
-
         temperature = self.config.temperature[stage]
         max_tokens = self.config.max_tokens[stage]
         if schema is None:
@@ -964,8 +961,6 @@ def synthesize_cupid(
     on_done: Callable[[UnitState], None] | None = None,
 ) -> SynthResult:
     """Generate (or resume) a CUPID-style dataset in `out`; returns the summary."""
-    from personalign.synth.cupid_checks import write_outputs
-
     seeds = load_seeds(config.seeds_file)
     templates = persona_templates(seeds, config.n_personas, config.seed)
     identity = config.identity()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -22,8 +22,17 @@ from personalign.runs.store import write_json
 from personalign.synth.common import UnitState, slug, words, write_jsonl
 from personalign.types import INSTANCE_TYPES, CupidInstance
 
-if TYPE_CHECKING:
-    from personalign.synth.cupid import CupidSynthConfig
+
+class CheckSettings(Protocol):
+    """The synthesis settings the persona checks read (CupidSynthConfig has them); a protocol so this
+    module needs no import of synth.cupid, which imports it."""
+
+    @property
+    def n_prior(self) -> int: ...
+
+    @property
+    def leak_threshold(self) -> float: ...
+
 
 STOPWORDS = frozenset(
     """the and for that with this from your you are all any must should when each every into
@@ -202,7 +211,7 @@ def raw_files(state: UnitState) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def write_outputs(
-    out: Path, config: CupidSynthConfig, states: Sequence[UnitState], usage: dict[str, Any]
+    out: Path, config: CheckSettings, states: Sequence[UnitState], usage: dict[str, Any]
 ) -> dict[str, Any]:
     """Write cupid.jsonl, rejected.jsonl, raw/, validation.json and summary.json."""
     passed: list[dict[str, Any]] = []

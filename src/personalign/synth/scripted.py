@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from personalign.llm.backends.scripted import register_schema_responder
 from personalign.llm.types import GenerateConfig
 from personalign.synth.taxonomy import FACTOR_TYPES, PREFERENCE_TYPES, TASK_TYPES
 from personalign.types import Message
@@ -275,3 +276,6 @@ def respond(messages: Sequence[Message], config: GenerateConfig) -> str:
 
 def handles(config: GenerateConfig) -> bool:
     return config.json_schema is not None and config.schema_name in RESPONDERS
+
+
+register_schema_responder("synth_", respond)

@@ -22,6 +22,25 @@ Responder = Callable[[Sequence[Message], GenerateConfig], "str | BackendResponse
 
 _WORD = re.compile(r"[a-z]{4,}")
 
+# Responders for prompts the core does not know, keyed by schema-name prefix (e.g. ``synth_``:
+# the synthesis pipelines' dry-run answers, registered by `personalign.synth` when it is imported),
+# so this backend never imports a package above the model layer.
+SchemaResponder = Callable[[Sequence[Message], GenerateConfig], str]
+_SCHEMA_RESPONDERS: dict[str, SchemaResponder] = {}
+
+
+def register_schema_responder(prefix: str, responder: SchemaResponder) -> None:
+    """Answer every JSON-schema call whose schema name starts with ``prefix`` with ``responder``."""
+    if not prefix:
+        raise ValueError("a schema responder needs a non-empty schema-name prefix")
+    _SCHEMA_RESPONDERS[prefix] = responder
+
+
+def _schema_responder(name: str) -> SchemaResponder | None:
+    """The registered responder for a schema name (the longest matching prefix), if any."""
+    matches = [p for p in _SCHEMA_RESPONDERS if name.startswith(p)]
+    return _SCHEMA_RESPONDERS[max(matches, key=len)] if matches else None
+
 
 def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
@@ -54,10 +73,9 @@ def default_responder(messages: Sequence[Message], config: GenerateConfig) -> st
     # The first user message holds the task; later ones are re-asks that refer back to it.
     user = next((m.content for m in messages if m.role == "user"), "")
     name = config.schema_name if config.json_schema is not None else ""
-    if name.startswith("synth_"):
-        from personalign.synth.scripted import respond
-
-        return respond(messages, config)
+    registered = _schema_responder(name) if name else None
+    if registered is not None:
+        return registered(messages, config)
     if name == "checklist":
         preference = _field(user, "Preference")
         words = preference.rstrip(".").split()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,30 +26,12 @@ from personalign.runs import lifecycle
 from personalign.runs.health import health_section
 from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
+from personalign.runs.lifecycle import RunSettings as RunSettings  # re-exported: callers import it from here
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.runner import RunOutcome, locked_run
 from personalign.runs.store import RunDir
 from personalign.types import CupidInstance
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How to run (not what): none of these change the results."""
-
-    run_dir: Path | None = None
-    runs_root: Path = Path("runs")
-    concurrency: int = 8
-    limit: int | None = None
-    instance_types: tuple[str, ...] = ()
-    seed: int = 0
-    cache_path: Path | None = None
-    use_cache: bool = True
-    max_cost_usd: float | None = None
-    prices: Path | None = None
-    progress: bool = True
-    # Where the official prompt files are read for --protocol paper (their sha256 are pinned).
-    protocol_dir: Path | None = None
 
 
 def _selection(settings: RunSettings) -> dict[str, Any]:

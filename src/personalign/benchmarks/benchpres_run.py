@@ -25,9 +25,15 @@ from personalign.errors import ConfigError, ModelCallError
 from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import lifecycle
-from personalign.runs.cupid_run import RunSettings
 from personalign.runs.health import health_section
-from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunResult, execute, finished_result, make_factory
+from personalign.runs.lifecycle import (
+    SMALL_MODEL_NOTICE,
+    RunResult,
+    RunSettings,
+    execute,
+    finished_result,
+    make_factory,
+)
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.runner import RunOutcome, locked_run
