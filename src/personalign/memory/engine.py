@@ -1,9 +1,9 @@
 """`MemoryEngine`: record conversations, retrieve what matters for a new request, render a memory block.
 
 The engine owns a store (a :class:`MemoryBackend`: SQLite or PostgreSQL) and one :class:`UserIndex`
-per user it has searched. Without an extraction model it indexes raw sessions; with one (see :mod:`personalign.memory.extract`) it also
-keeps contextual memories, the newest per context, and can decide which ones to apply in a given
-communication context (see :mod:`personalign.memory.select`).
+per user it has searched. Without an extraction model it indexes raw sessions; with one (see
+:mod:`personalign.memory.extract`) it also keeps contextual memories, the newest per context, and can
+decide which ones to apply in a given communication context (see :mod:`personalign.memory.select`).
 """
 
 from __future__ import annotations
