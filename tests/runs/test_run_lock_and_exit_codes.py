@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, rescore_cupid, run_cupid
+from personalign.benchmarks.cupid.run import RunSettings, rescore_cupid, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.cli import app
 from personalign.cli_common import exit_code
 from personalign.errors import ConfigError
@@ -167,7 +167,7 @@ def test_budget_stop_exits_3_from_the_cli(tmp_path: Path) -> None:
 
 
 def test_refused_run_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from personalign.benchmarks import cupid_run
+    from personalign.benchmarks.cupid import run as cupid_run
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise ConfigError("refused after the run was opened")
