@@ -398,6 +398,8 @@ class SqlStore(ABC):
             ts = time.time() if stamp is None else stamp
             rows.append((new, source, pairs, meta_json, ts))
         ids: list[int] = []
+        turns: list[tuple[Any, ...]] = []
+        vectors: list[tuple[Any, ...]] = []
         with self._write() as tx:
             uid = self._uid(tx, user_id, lock=True)
             seq_row = tx.one("SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = ?", (uid,))
@@ -413,15 +415,15 @@ class SqlStore(ABC):
                     (uid, new.external_id, ts, seq, len(pairs), meta_json, time.time()),
                 )
                 seq += 1
-                tx.many(
-                    "INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)",
-                    [(session_id, uid, i, role, content) for i, (role, content) in enumerate(pairs)],
-                )
-                tx.many(
-                    "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, 's', ?, ?, ?)",
-                    [(uid, session_id, emb, _vector_blob(v)) for emb, v in (new.vectors or {}).items()],
-                )
+                turns.extend((session_id, uid, i, role, content) for i, (role, content) in enumerate(pairs))
+                vectors.extend((uid, session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items())
                 ids.append(session_id)
+            # one batch each for the turns and vectors of every session (a round trip each on a server)
+            tx.many("INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)", turns)
+            tx.many(
+                "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, 's', ?, ?, ?)",
+                vectors,
+            )
             self._bump(tx, uid)
         return ids
 
