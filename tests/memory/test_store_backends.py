@@ -307,8 +307,24 @@ def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
             open_store(bad)
     with pytest.raises(ConfigError, match="PostgreSQL"):
         open_store(tmp_path / "f.sqlite", pool_size=3)
+    with pytest.raises(ConfigError, match="as text"):
+        open_store(Path("postgresql://me@db:5432/mem"))  # Path() has made it postgresql:/me@db...
     assert "secret" not in redact("postgresql://me:secret@db.example:5433/mem")
     assert redact("postgresql://me:secret@db.example:5433/mem") == "postgresql://me:***@db.example:5433/mem"
+
+
+def test_an_engine_opens_any_store_url_for_a_tenant(store_url: str) -> None:
+    engine = MemoryEngine(store_url, embedder="hash", tenant="acme")
+    assert engine.store.tenant == "acme"
+    engine.add_user("ana")
+    engine.add_session("ana", CHAT)
+    assert [s.session.turns[0].content for s in engine.retrieve("ana", "Okafor").sessions if s.session] == [
+        CHAT[0]["content"]
+    ]
+    default = open_store(store_url)
+    assert default.users() == [] and default.tenant_view("acme").users() == ["ana"]
+    default.close()
+    engine.close()
 
 
 def test_an_unreachable_postgres_is_a_config_error_without_the_password() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ def open_store(
     if not isinstance(target, (str, Path)):
         return target
     text = str(target)
+    if isinstance(target, Path) and re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", text):
+        raise ConfigError(f"store URL given as a path ({text!r}): pass URLs as text (a path collapses '//')")
     if text.startswith(PG_SCHEMES):
         from personalign.memory.store_pg import PostgresStore
 
