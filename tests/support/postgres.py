@@ -4,7 +4,8 @@
 directory), stopped at the end by the postmaster's PID. As root (CI), the server runs as the
 ``postgres`` system user, since PostgreSQL refuses to run as root. Fixtures (registered by
 tests/conftest.py): ``postgres_server`` (one per test session) and ``postgres_url`` (a fresh,
-empty database per test). Tests using them are skipped, with the reason, when ``initdb`` is missing.
+empty database per test). Tests using them are skipped, with the reason, when ``initdb`` or
+psycopg is missing.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ _names = itertools.count()
 def postgres_server_fixture() -> Iterator[PostgresServer]:
     if pg_bin_dir() is None:
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed; see .ci/run")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (the serve or dev extra)")
     with postgres_server() as server:
         yield server
 

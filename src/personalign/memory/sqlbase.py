@@ -231,10 +231,6 @@ class SqlStore(ABC):
             raise UnknownUserError(user_id, self.url)
         return int(row[0])
 
-    def _read_uid(self, user_id: str) -> int:
-        with self._read_tx() as tx:
-            return self._uid(tx, user_id)
-
     @staticmethod
     def _bump(tx: Tx, uid: int) -> None:
         tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))

@@ -69,6 +69,7 @@ INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');
 """
 
 # Version 2 tables are built beside the version 1 ones (suffix _v2), filled, and renamed over them.
+# The indexes on referencing columns keep the foreign-key checks of delete_user from scanning tables.
 # The index names stay those of version 1, so an older personalign opening a migrated file skips
 # its CREATE INDEX statements and stops at its schema-version check with a clear message.
 _TABLES_V2 = """
@@ -139,6 +140,9 @@ CREATE INDEX turns_user ON turns (uid, session_id);
 CREATE INDEX memories_user ON memories (uid, factor_key, kind);
 CREATE INDEX history_memory ON memory_history (uid, memory_id);
 CREATE INDEX embeddings_user ON embeddings (uid, unit, embedder);
+CREATE INDEX memories_session ON memories (session_id);
+CREATE INDEX memories_superseded ON memories (superseded_by);
+CREATE INDEX history_memory_id ON memory_history (memory_id);
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 """
 
