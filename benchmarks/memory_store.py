@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import random
 import sys
 import tempfile
@@ -170,6 +171,7 @@ def main() -> None:
             value = rows[column][metric]
             cells.append(f"{value[0]:.2f} / {value[1]:.2f}" if isinstance(value, tuple) else str(value))
         print(f"| {metric} | " + " | ".join(cells) + " |")
+    print(f"\nload average at the end: {tuple(round(x, 2) for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
