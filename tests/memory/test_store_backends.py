@@ -334,3 +334,21 @@ def test_an_unreachable_postgres_is_a_config_error_without_the_password() -> Non
     with pytest.raises(ConfigError, match="cannot open the memory store") as info:
         open_store(url, timeout=2)
     assert "hunter2" not in str(info.value)
+
+
+def test_a_postgres_store_survives_a_server_restart() -> None:
+    """Pooled connections die with the server; the next call must get a live one, not an error."""
+    pytest.importorskip("psycopg")
+    from tests.support.postgres import pg_bin_dir, postgres_server
+
+    if pg_bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    with postgres_server() as server:
+        store = open_store(server.create_database("restart"), pool_size=2)
+        store.add_user("ana")
+        store.add_session("ana", CHAT)
+        server.restart()
+        assert store.count_sessions("ana") == 1  # a read on a fresh connection
+        store.add_session("ana", CHAT)  # and a write
+        assert store.count_sessions("ana") == 2
+        store.close()

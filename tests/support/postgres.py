@@ -53,7 +53,17 @@ class PostgresServer:
     port: int
     directory: Path
     pid: int
+    start: list[str]
+    run_as: dict[str, Any]
     user: str = "personalign"
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Stop the server (fast shutdown: clients are disconnected) and start it again, same port."""
+        _stop(self.pid)
+        subprocess.run(
+            self.start, check=True, capture_output=True, timeout=timeout, cwd=self.directory, **self.run_as
+        )
+        self.pid = int((self.directory / "data" / "postmaster.pid").read_text().splitlines()[0])
 
     def url_for(self, database: str) -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
@@ -95,6 +105,7 @@ def postgres_server(timeout: float = 60.0) -> Iterator[PostgresServer]:
         os.chown(directory, options["user"], options["group"])
     port = free_port()
     pid = 0
+    server: PostgresServer | None = None
     try:
         subprocess.run(
             [str(bin_dir / "initdb"), "-D", str(data), "-U", "personalign", "--auth=trust",
@@ -105,19 +116,19 @@ def postgres_server(timeout: float = 60.0) -> Iterator[PostgresServer]:
             f"-k {directory} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off"
             " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
-        subprocess.run(
-            [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", str(int(timeout)),
-             "-o", server_options, "start"],
-            check=True, capture_output=True, timeout=timeout + 10, cwd=directory, **options,
-        )  # fmt: skip
+        start = [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", str(int(timeout)),
+                 "-o", server_options, "start"]  # fmt: skip
+        subprocess.run(start, check=True, capture_output=True, timeout=timeout + 10, cwd=directory, **options)
         pid = int((data / "postmaster.pid").read_text().splitlines()[0])
-        yield PostgresServer(port=port, directory=directory, pid=pid)
+        server = PostgresServer(port=port, directory=directory, pid=pid, start=start, run_as=options)
+        yield server
     except subprocess.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode(errors="replace")[-2000:]
         if log.exists():
             detail += log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"PostgreSQL did not start: {detail}") from None
     finally:
+        pid = server.pid if server is not None else pid  # a restart changes it
         if pid:
             _stop(pid)
         shutil.rmtree(directory, ignore_errors=True)

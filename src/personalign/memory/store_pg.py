@@ -139,6 +139,9 @@ class _Shared:
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True},
+            # an empty query on checkout: a connection that died (server restart, failover, idle
+            # timeout) is replaced instead of failing the call; one short round trip per call
+            check=psycopg_pool.ConnectionPool.check_connection,
             timeout=timeout,
             open=True,
             name="personalign-memory",
