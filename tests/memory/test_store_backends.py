@@ -50,7 +50,9 @@ def test_tenants_are_isolated(make_store: MakeStore) -> None:
     assert (root.tenant, acme.tenant) == ("default", "acme")
     fill(root, "ana")
     root.add_user("ben")
-    acme.add_user("ana")  # the same id in another tenant is another user
+    acme.add_user("ana", exist_ok=False)  # the same id in another tenant is another user
+    with pytest.raises(ConfigError, match="already exists"):
+        root.add_user("ana", exist_ok=False)
     own = acme.add_session("ana", CHAT[:1], timestamp=5.0)
     assert [s.id for s in acme.sessions("ana")] == [own]
     assert len(root.sessions("ana")) == 2 and acme.memories("ana") == []
