@@ -22,6 +22,7 @@ from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.runner import Evaluator, Runner, RunOutcome, locked_run
+from personalign.runs.schema import SCHEMA_VERSION
 from personalign.runs.spec import BenchmarkSpec, RunContext, Selection
 from personalign.runs.store import RunDir
 
@@ -206,6 +207,7 @@ def build_manifest(
     extra = spec.manifest_extra(config, texts)
     env_extra = extra.pop("environment", {})
     return {
+        "schema_version": SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "identity": identity,
@@ -235,6 +237,7 @@ def write_summary(
     """summary.json: status, the run's description, the metrics, usage, step health, notices."""
     specs = model_specs(spec, config)
     summary = {
+        "schema_version": SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "status": status,
