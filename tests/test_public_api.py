@@ -20,7 +20,7 @@ def test_import_personalign_loads_no_benchmark_model_or_run_module() -> None:
     code = (
         "import sys, personalign\n"
         "print(sorted(m for m in sys.modules if m.startswith('personalign')))\n"
-        "names = personalign.benchmarks()\n"
+        "names = personalign.list_benchmarks()\n"
         "print(names[0], sorted(m for m in sys.modules if m.startswith('personalign.bench')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -35,6 +35,19 @@ def test_every_public_name_resolves() -> None:
     assert set(personalign.__all__) <= set(dir(personalign))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = personalign.nope  # type: ignore[attr-defined]
+
+
+def test_no_public_name_is_shadowed_by_a_subpackage() -> None:
+    # Importing a subpackage sets it as an attribute of `personalign`: a public function of the same
+    # name (e.g. `benchmarks`) would turn into the module once any benchmark was loaded.
+    code = (
+        "import types, personalign, personalign.benchmarks.cupid.spec, personalign.memory\n"
+        "print(sorted(n for n in personalign.__all__ if n != 'registry' "
+        "and isinstance(getattr(personalign, n), types.ModuleType)))\n"
+        "print(personalign.list_benchmarks()[0])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "cupid"]
 
 
 def test_run_load_and_rescore_end_to_end(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
 
 def test_the_entry_point_registers_the_benchmark(installed: None) -> None:
     assert "colour" in registry.names() and "colour" not in registry.BUILTIN
-    assert "colour" in personalign.benchmarks()
+    assert "colour" in personalign.list_benchmarks()
     spec = registry.get("colour")
     assert spec.name == "colour" and [r.name for r in spec.roles] == ["subject", "judge"]
     assert isinstance(spec, personalign.BenchmarkSpec)

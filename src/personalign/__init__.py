@@ -3,14 +3,15 @@
 The public API (everything in `__all__`; other modules are internals, importable but not promised)::
 
     import personalign
-    personalign.benchmarks()                      # ['cupid', 'hicupid', 'benchpres', ...]
+    personalign.list_benchmarks()                 # ['cupid', 'hicupid', 'benchpres', ...]
     result = personalign.run("cupid", model="openai/gpt-4o-mini", judge="openai/gpt-4o", limit=20)
     run = personalign.load_run(result.run_dir.path)   # typed manifest, summary, records
     personalign.rescore(result.run_dir.path, judge="anthropic/claude-sonnet-4-5")
     engine = personalign.MemoryEngine("memory.sqlite")
 
 Names are imported on first use (module `__getattr__`), so `import personalign` stays cheap: the CLI
-imports this package before every command.
+imports this package before every command. (The benchmark names are `list_benchmarks()`, not
+`benchmarks()`: `personalign.benchmarks` is the package of the built-in benchmarks.)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from personalign._version import __version__
 
 if TYPE_CHECKING:  # typing only: the real imports happen lazily in __getattr__
-    from personalign.api import RunResult, benchmarks, rescore, run
+    from personalign.api import RunResult, list_benchmarks, rescore, run
     from personalign.memory.engine import MemoryEngine
     from personalign.results import LoadedRun, RunManifest, RunSummary, load_run
     from personalign.runs.spec import BenchmarkSpec, Option, Role
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # typing only: the real imports happen lazily in __getattr__
 _LAZY: dict[str, str] = {
     "run": "personalign.api",
     "rescore": "personalign.api",
-    "benchmarks": "personalign.api",
+    "list_benchmarks": "personalign.api",
     "RunResult": "personalign.api",
     "load_run": "personalign.results",
     "LoadedRun": "personalign.results",
@@ -53,7 +54,7 @@ __all__ = [
     "RunResult",
     "RunSummary",
     "__version__",
-    "benchmarks",
+    "list_benchmarks",
     "load_run",
     "registry",
     "rescore",

@@ -23,10 +23,10 @@ from personalign.runs.lifecycle import RunResult, RunSettings, rescore_benchmark
 from personalign.runs.spec import BenchmarkSpec, Option, role_specs
 from personalign.runs.store import RunDir
 
-__all__ = ["RunResult", "benchmarks", "rescore", "run"]
+__all__ = ["RunResult", "list_benchmarks", "rescore", "run"]
 
 
-def benchmarks() -> list[str]:
+def list_benchmarks() -> list[str]:
     """The names of every registered benchmark (built-in, installed plug-ins, registered at run time)."""
     return registry.names()
 
