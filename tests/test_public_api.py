@@ -72,7 +72,7 @@ def test_run_load_and_rescore_end_to_end(tmp_path: Path) -> None:
     assert run.manifest.selection == {"limit": 3, "instance_types": ["consistent", "changing"]}
     assert run.manifest.config is not None and run.manifest.config["task"] == "both"
     assert {r.meta["instance_type"] for r in run.records.values()} <= {"consistent", "changing"}
-    assert run.summary.model_extra is not None and "generation" in run.summary.model_extra
+    assert "generation" in run.summary.metrics
 
     # the same call again returns the finished run without any call
     again = personalign.run(

@@ -72,8 +72,8 @@ def test_load_run_returns_typed_manifest_summary_and_records(finished: Path) -> 
     assert run.summary.status == "complete" and run.summary.n_instances == 3
     # the metrics are the benchmark's own extra fields, kept as stored
     stored = json.loads((finished / "summary.json").read_text())
-    assert run.summary.model_extra is not None
-    assert run.summary.model_extra["inference"] == stored["inference"]
+    assert run.summary.metrics["inference"] == stored["inference"]
+    assert "status" not in run.summary.metrics and run.summary.metrics["task"] == "inference"
     assert len(run.records) == 3
     assert all(isinstance(r, InstanceRecord) and r.status == "ok" for r in run.records.values())
 

@@ -65,7 +65,7 @@ def test_run_resume_rescore_report_end_to_end(installed: None, tmp_path: Path) -
     assert run.manifest.data is not None and run.manifest.data.source == "fixture:colours.jsonl"
     assert len(run.records) == 6 and all(r.steps["answer"].role == "subject" for r in run.records.values())
     assert run.summary is not None and run.summary.status == "complete"
-    metrics = run.summary.model_extra or {}
+    metrics = run.summary.metrics
     assert run.summary.n_instances == 6 and metrics["exact"]["all"]["n"] == 6
     assert set(metrics["judged"]["by_kind"]) == {"stated", "changed"}
 

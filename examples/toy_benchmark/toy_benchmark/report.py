@@ -24,7 +24,7 @@ def build_report(run_dirs: Sequence[Path]) -> str:
         run = load_run(path)
         if run.benchmark != "colour":
             raise ValueError(f"{path} is a {run.benchmark} run, not a colour run")
-        summary = run.summary.model_extra if run.summary and run.summary.model_extra else {}
+        summary = run.summary.metrics if run.summary else {}
         models = run.summary.models if run.summary and run.summary.models else {}
         exact, judged = summary.get("exact", {}).get("all", {}), summary.get("judged", {}).get("all", {})
         cells = [

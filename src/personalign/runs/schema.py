@@ -168,6 +168,11 @@ class RunSummary(_Versioned):
     n_instances: int | None = None
     n_errors: int | None = None
 
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The benchmark's own entries (metrics, its run description): every field not common to all."""
+        return dict(self.model_extra or {})
+
 
 def _location(error: Any) -> str:
     return ".".join(str(part) for part in error["loc"])
