@@ -20,12 +20,14 @@ def test_import_personalign_loads_no_benchmark_model_or_run_module() -> None:
     code = (
         "import sys, personalign\n"
         "print(sorted(m for m in sys.modules if m.startswith('personalign')))\n"
+        "assert 'importlib.metadata' not in sys.modules, 'the version is read on first use only'\n"
+        "assert personalign.__version__ and 'importlib.metadata' in sys.modules\n"
         "names = personalign.list_benchmarks()\n"
         "print(names[0], sorted(m for m in sys.modules if m.startswith('personalign.bench')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     first, second = out.stdout.splitlines()
-    assert first == "['personalign', 'personalign._version']"  # nothing else until a name is used
+    assert first == "['personalign']"  # nothing else until a name is used
     assert second == "cupid []"  # listing benchmarks imports none of them
 
 

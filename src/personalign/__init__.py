@@ -19,9 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from personalign._version import __version__
-
 if TYPE_CHECKING:  # typing only: the real imports happen lazily in __getattr__
+    from personalign._version import __version__
     from personalign.api import RunResult, list_benchmarks, rescore, run
     from personalign.memory.engine import MemoryEngine
     from personalign.results import LoadedRun, RunManifest, RunSummary, load_run
@@ -29,6 +28,7 @@ if TYPE_CHECKING:  # typing only: the real imports happen lazily in __getattr__
 
 # public name -> the module that defines it (imported on first access)
 _LAZY: dict[str, str] = {
+    "__version__": "personalign._version",  # importlib.metadata costs ~40 ms: not at every CLI start
     "run": "personalign.api",
     "rescore": "personalign.api",
     "list_benchmarks": "personalign.api",

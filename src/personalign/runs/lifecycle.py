@@ -16,13 +16,13 @@ from typing import Any, Generic, Protocol, TypeVar
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs import schema
 from personalign.runs.health import health_section
 from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.runner import Evaluator, Runner, RunOutcome, locked_run
-from personalign.runs.schema import SCHEMA_VERSION
 from personalign.runs.spec import BenchmarkSpec, RunContext, Selection
 from personalign.runs.store import RunDir
 
@@ -207,7 +207,7 @@ def build_manifest(
     extra = spec.manifest_extra(config, texts)
     env_extra = extra.pop("environment", {})
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": schema.SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "identity": identity,
@@ -237,7 +237,7 @@ def write_summary(
     """summary.json: status, the run's description, the metrics, usage, step health, notices."""
     specs = model_specs(spec, config)
     summary = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": schema.SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "status": status,
