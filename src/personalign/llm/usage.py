@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from personalign.errors import BudgetExceeded
+from personalign.llm.ratelimit import EndpointStats
 from personalign.llm.types import Usage
 
 
@@ -29,7 +30,12 @@ class UsageTracker:
 
     max_cost_usd: float | None = None
     per_model: dict[str, ModelTally] = field(default_factory=dict)
+    # What adaptive concurrency did per endpoint (`llm.ratelimit`), filled in by the gates.
+    endpoints: dict[str, EndpointStats] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def register_endpoint(self, name: str, stats: EndpointStats) -> None:
+        self.endpoints.setdefault(name, stats)
 
     def _tally(self, model: str) -> ModelTally:
         return self.per_model.setdefault(model, ModelTally())
@@ -98,4 +104,10 @@ class UsageTracker:
             "cost_usd": round(self.cost_usd, 6),
             "max_cost_usd": self.max_cost_usd,
             "per_model": {k: vars(v).copy() for k, v in sorted(self.per_model.items())},
+            # Only endpoints that made calls: runs on scripted/local models keep their old record.
+            **(
+                {"rate_limits": {k: v.to_record() for k, v in sorted(self.endpoints.items()) if v.calls}}
+                if any(v.calls for v in self.endpoints.values())
+                else {}
+            ),
         }

@@ -11,6 +11,7 @@ import httpx
 from personalign.errors import ModelCallError
 from personalign.llm.backends._http import read_key, status_error, transport_error
 from personalign.llm.capabilities import anthropic_fields
+from personalign.llm.ratelimit import rate_headers
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
@@ -97,7 +98,9 @@ class AnthropicBackend:
             elif kind == "thinking":
                 thinking.append(block.get("thinking", ""))
         usage = data.get("usage") or {}
+        headers = rate_headers(response.headers)
         return BackendResponse(
+            headers=headers or None,
             text="".join(texts),
             usage=Usage(
                 prompt_tokens=int(usage.get("input_tokens") or 0),

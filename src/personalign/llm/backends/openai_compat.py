@@ -19,6 +19,7 @@ from personalign.llm.backends._http import http_status_error, read_key, scrub, t
 from personalign.llm.backends._http1 import Http1Pool, TransportFailure, lean_client_applies
 from personalign.llm.cache import json_string
 from personalign.llm.capabilities import openai_fields, reasoning_toggle
+from personalign.llm.ratelimit import rate_headers
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
@@ -157,7 +158,7 @@ class OpenAICompatBackend:
                 )
             except TransportFailure as exc:
                 raise ModelCallError(f"{label}: {exc}", retryable=True) from None
-            status, content, retry_after = raw.status, raw.body, raw.headers.get("retry-after")
+            status, content, headers = raw.status, raw.body, rate_headers(raw.headers)
         else:
             import httpx
 
@@ -171,11 +172,13 @@ class OpenAICompatBackend:
             except httpx.HTTPError as exc:
                 raise transport_error(exc, label) from None
             status, content = response.status_code, response.content
-            retry_after = response.headers.get("retry-after")
+            headers = rate_headers(response.headers)
         if status != 200:
             text = content.decode("utf-8", errors="replace")
-            raise http_status_error(status, text, retry_after, label, self._key)
+            raise http_status_error(status, text, headers, label, self._key)
         parsed = self.parse_response(content)
+        if headers:
+            parsed.headers = headers
         unsent = self._payload([], config)[1]
         if unsent and parsed.raw is not None:
             parsed.raw["unsent"] = list(unsent)
