@@ -45,6 +45,11 @@ DECREASE_FACTOR = 0.5
 # The derived refill rate is used with a small margin: remaining counts are whole numbers and
 # reset times are rounded, and pacing exactly at the provider's rate invites stray 429s.
 RATE_MARGIN = 0.97
+# Share of the provider's limit kept unused in the local copy of its bucket: a reading counts
+# the refill since the call *started*, but the provider counted it on *arrival* (later, by as
+# much as a new connection's setup), so readings overstate what is left by a little. A fixed
+# reserve costs only a moment at the start, not throughput.
+HEADER_RESERVE = 0.1
 RATE_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after")
 
 _DURATION = re.compile(
@@ -189,10 +194,12 @@ class Bucket:
             self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
             self.stamp = now
 
+    reserve: float = 0.0  # units that must stay in the bucket
+
     def wait(self, amount: float, now: float) -> float:
         """Seconds until `amount` may be taken (a request larger than the bucket waits for a full one)."""
         self.refill(now)
-        need = min(amount, self.capacity)
+        need = min(amount + self.reserve, self.capacity)
         if self.level >= need:
             return 0.0
         return (need - self.level) / self.rate if self.rate > 0 else math.inf
@@ -376,11 +383,13 @@ class RateController:
         if rate is not None and reading.limit is not None:
             rate *= RATE_MARGIN
             if bucket is None:
-                bucket = self._hdr[kind] = Bucket(rate, float(reading.limit), float(reading.limit), now)
+                limit = float(reading.limit)
+                bucket = self._hdr[kind] = Bucket(rate, limit, limit, now, HEADER_RESERVE * limit)
                 log.debug("%s: pacing %s at %.2f/s (limit %d)", self.name, kind, rate, reading.limit)
             else:
                 bucket.rate = rate
                 bucket.capacity = float(reading.limit)
+                bucket.reserve = HEADER_RESERVE * bucket.capacity
         if bucket is None:
             # No rate to pace by: an exhausted limit pauses until it resets, and shrinks the window.
             if reading.remaining <= 0 and reading.reset is not None:

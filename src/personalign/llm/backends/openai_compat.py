@@ -46,6 +46,33 @@ def reasoning_fields(reasoning: bool | None, param: str) -> dict[str, Any]:
     return {} if reasoning is None else reasoning_toggle(reasoning, param)
 
 
+def chat_completion_response(data: Any, label: str) -> BackendResponse:
+    """A chat completion body as a `BackendResponse` (direct calls and batch result lines alike);
+    raises KeyError/TypeError/... on a malformed body, `ModelCallError` when the content is not text."""
+    choice = data["choices"][0]
+    message = choice["message"]
+    text = message.get("content") or ""
+    usage = data.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    tokens = Usage(
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        reasoning_tokens=int(details.get("reasoning_tokens") or usage.get("reasoning_tokens") or 0),
+    )
+    if not isinstance(text, str):
+        raise ModelCallError(f"{label}: message content is not text", retryable=True)
+    return BackendResponse(
+        text=text,
+        usage=tokens,
+        finish_reason=normalize_finish_reason(choice.get("finish_reason")),
+        raw={
+            "id": data.get("id"),
+            "finish_reason": choice.get("finish_reason"),
+            "reasoning": message.get("reasoning_content") or message.get("reasoning"),
+        },
+    )
+
+
 class OpenAICompatBackend:
     def __init__(self, spec: ModelSpec, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         assert spec.base_url is not None
@@ -187,32 +214,10 @@ class OpenAICompatBackend:
     def parse_response(self, content: bytes) -> BackendResponse:
         label = self.spec.label
         try:
-            data = json.loads(content)
-            choice = data["choices"][0]
-            message = choice["message"]
-            text = message.get("content") or ""
-            usage = data.get("usage") or {}
-            details = usage.get("completion_tokens_details") or {}
-            tokens = Usage(
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                reasoning_tokens=int(details.get("reasoning_tokens") or usage.get("reasoning_tokens") or 0),
-            )
+            return chat_completion_response(json.loads(content), label)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             body = scrub(content[:200].decode("utf-8", errors="replace"), self._key)
             raise ModelCallError(f"{label}: malformed response body: {body!r}", retryable=True) from None
-        if not isinstance(text, str):
-            raise ModelCallError(f"{label}: message content is not text", retryable=True)
-        return BackendResponse(
-            text=text,
-            usage=tokens,
-            finish_reason=normalize_finish_reason(choice.get("finish_reason")),
-            raw={
-                "id": data.get("id"),
-                "finish_reason": choice.get("finish_reason"),
-                "reasoning": message.get("reasoning_content") or message.get("reasoning"),
-            },
-        )
 
     async def aclose(self) -> None:
         if self._lean is not None:
