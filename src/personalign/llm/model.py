@@ -146,11 +146,7 @@ class Model:
         is stored as usual.
         """
         config = config or GenerateConfig()
-        # How a schema is sent changes what comes back, so it is part of the key; so are the spec
-        # options that change the output (reasoning_effort, ...); the base URL is not.
-        base = self.spec.identity
-        identity = base if config.json_schema is None else f"{base}|{self.spec.schema_mode}"
-        key = cache_key(identity, messages, config)
+        key = self.key_for(messages, config)
         if self.cache is not None and not refresh:
             hit = self.cache.get(key)
             if hit is not None:
@@ -176,6 +172,57 @@ class Model:
             return completion
         finally:
             del self._inflight[key]
+
+    def key_for(self, messages: Sequence[Message], config: GenerateConfig) -> str:
+        """The call's cache key (also its batch ``custom_id``)."""
+        # How a schema is sent changes what comes back, so it is part of the key; so are the spec
+        # options that change the output (reasoning_effort, ...); the base URL is not.
+        base = self.spec.identity
+        identity = base if config.json_schema is None else f"{base}|{self.spec.schema_mode}"
+        return cache_key(identity, messages, config)
+
+    def cached(self, key: str) -> Completion | None:
+        """The cached answer for `key` (counted as a cache hit), or None."""
+        if self.cache is None:
+            return None
+        hit = self.cache.get(key)
+        return None if hit is None else self._from_cache(key, hit)
+
+    def accept(
+        self,
+        key: str,
+        response: BackendResponse,
+        *,
+        latency: float = 0.0,
+        retries: int = 0,
+        batch: bool = False,
+    ) -> Completion:
+        """Account for and cache one successful answer, as a `Completion`: the one path for direct
+        calls and batch results alike (`batch` prices it at the provider's batch price)."""
+        cost = self.prices.cost(self.spec, response.usage, batch=batch)
+        self.tracker.record_call(self.label, response.usage, cost, retries, batch=batch)
+        if self.cache is not None:
+            self.cache.put(
+                key,
+                self.label,
+                {
+                    "text": response.text,
+                    "usage": response.usage.model_dump(),
+                    "finish_reason": response.finish_reason,
+                    "raw": response.raw,
+                },
+            )
+        return Completion(
+            text=response.text,
+            usage=response.usage,
+            model=self.label,
+            latency_s=latency,
+            cost_usd=cost,
+            attempts=retries + 1,
+            finish_reason=response.finish_reason,
+            cache_key=key,
+            raw=response.raw,
+        )
 
     def reject(self, completion: Completion) -> None:
         """Evict a reply that its step rejected (unparseable, truncated, empty), so that a re-run
@@ -267,31 +314,7 @@ class Model:
             else:
                 await asyncio.sleep(self.retry.delay(attempt, error.retry_after, self._rng))
             attempt += 1
-        latency = time.perf_counter() - started
-        cost = self.prices.cost(self.spec, response.usage)
-        self.tracker.record_call(self.label, response.usage, cost, attempt)
-        if self.cache is not None:
-            self.cache.put(
-                key,
-                self.label,
-                {
-                    "text": response.text,
-                    "usage": response.usage.model_dump(),
-                    "finish_reason": response.finish_reason,
-                    "raw": response.raw,
-                },
-            )
-        return Completion(
-            text=response.text,
-            usage=response.usage,
-            model=self.label,
-            latency_s=latency,
-            cost_usd=cost,
-            attempts=attempt + 1,
-            finish_reason=response.finish_reason,
-            cache_key=key,
-            raw=response.raw,
-        )
+        return self.accept(key, response, latency=time.perf_counter() - started, retries=attempt)
 
     async def _gated(
         self,

@@ -22,6 +22,7 @@ class ModelTally:
     reasoning_tokens: int = 0  # part of completion_tokens, where the provider reports it
     cost_usd: float = 0.0
     unpriced_calls: int = 0
+    batch_calls: int = 0  # answered through a provider's batch API (part of calls)
 
 
 @dataclass
@@ -44,10 +45,13 @@ class UsageTracker:
         if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
             raise BudgetExceeded(f"budget of ${self.max_cost_usd:.4f} reached (spent ${self.cost_usd:.4f})")
 
-    def record_call(self, model: str, usage: Usage, cost: float | None, retries: int) -> None:
+    def record_call(
+        self, model: str, usage: Usage, cost: float | None, retries: int, *, batch: bool = False
+    ) -> None:
         with self._lock:
             t = self._tally(model)
             t.calls += 1
+            t.batch_calls += batch
             t.retries += retries
             t.prompt_tokens += usage.prompt_tokens
             t.completion_tokens += usage.completion_tokens
@@ -103,7 +107,7 @@ class UsageTracker:
             "reasoning_tokens": self.reasoning_tokens,
             "cost_usd": round(self.cost_usd, 6),
             "max_cost_usd": self.max_cost_usd,
-            "per_model": {k: vars(v).copy() for k, v in sorted(self.per_model.items())},
+            "per_model": {k: _tally_record(v) for k, v in sorted(self.per_model.items())},
             # Only endpoints that made calls: runs on scripted/local models keep their old record.
             **(
                 {"rate_limits": {k: v.to_record() for k, v in sorted(self.endpoints.items()) if v.calls}}
@@ -111,3 +115,10 @@ class UsageTracker:
                 else {}
             ),
         }
+
+
+def _tally_record(tally: ModelTally) -> dict[str, Any]:
+    record = vars(tally).copy()
+    if not record["batch_calls"]:  # records of runs without batch calls stay as they were
+        del record["batch_calls"]
+    return record
