@@ -20,6 +20,7 @@ from personalign.llm.batch import (
     BatchItem,
     BatchJournal,
     BatchOutcome,
+    BatchPending,
     BatchRunner,
     PollPolicy,
     accept_results,
@@ -344,3 +345,75 @@ def test_a_process_killed_while_polling_resumes_and_submits_nothing_twice(tmp_pa
     assert len(creates) == 1 and len(creates[0]) == 20  # nothing submitted twice
     assert result["submitted"] == 0 and result["jobs"] == 1 and result["missing"] == []
     assert sorted(result["texts"].values()) == sorted(f"reply to: question {i}" for i in range(20))
+
+
+def test_a_create_whose_answer_was_lost_is_found_not_submitted_again(tmp_path: Path) -> None:
+    with BatchServer(delay=0.05, faults=BatchFaults(lost_creates=1)) as server:
+        model = ModelFactory(cache=None).get(f"openai-compat/m@{server.base_url}")
+        outcome, ids = asyncio.run(_run_batch(model, tmp_path, 3))
+        assert server.stats.creates == [ids]
+    assert outcome.submitted == 1 and all(outcome.items[cid].ok for cid in ids)
+
+
+def test_transient_polling_failures_are_ridden_out(tmp_path: Path) -> None:
+    with BatchServer(delay=0.05, faults=BatchFaults(poll_errors=3)) as server:
+        model = ModelFactory(cache=None).get(f"openai-compat/m@{server.base_url}")
+        outcome, ids = asyncio.run(_run_batch(model, tmp_path, 2))
+        assert server.stats.polls >= 4
+    assert all(outcome.items[cid].ok for cid in ids)
+
+
+def test_waiting_gives_up_after_max_wait_and_a_later_run_resumes(tmp_path: Path) -> None:
+    with BatchServer(delay=1.0) as server:
+        model = ModelFactory(cache=None).get(f"openai-compat/m@{server.base_url}")
+        requests = [batch_request(model, q, GenerateConfig()) for q in _questions(2)]
+
+        async def attempt(max_wait: float | None) -> BatchOutcome:
+            provider = batch_provider(model.spec)
+            policy = PollPolicy(initial=0.05, maximum=0.1, max_wait=max_wait)
+            try:
+                return await BatchRunner(provider, BatchJournal(tmp_path, provider.name), poll=policy).run(
+                    requests
+                )
+            finally:
+                await provider.aclose()
+
+        with pytest.raises(BatchPending, match="run again to resume"):
+            asyncio.run(attempt(0.2))
+        outcome = asyncio.run(attempt(None))
+        assert len(server.stats.creates) == 1
+    assert outcome.submitted == 0 and all(item.ok for item in outcome.items.values())
+
+
+def test_requests_are_split_at_the_providers_job_limits(tmp_path: Path) -> None:
+    with BatchServer(delay=0.05) as server:
+        model = ModelFactory(cache=None).get(f"openai-compat/m@{server.base_url}")
+        provider = OpenAIBatchProvider(model.spec)
+        provider.max_requests = 3
+        runner = BatchRunner(provider, BatchJournal(tmp_path, provider.name), poll=FAST)
+        requests = [batch_request(model, q, GenerateConfig()) for q in _questions(7)]
+
+        async def scenario() -> BatchOutcome:
+            try:
+                return await runner.run(requests)
+            finally:
+                await provider.aclose()
+
+        outcome = asyncio.run(scenario())
+        assert [len(c) for c in server.stats.creates] == [3, 3, 1]
+    assert outcome.jobs == 3 and len(outcome.items) == 7
+    weight = len(json.dumps(requests[0].body)) + len(requests[0].custom_id) + 64  # as `_chunks` counts
+    provider.max_requests, provider.max_bytes = 100, 2 * weight
+    assert [len(c) for c in runner._chunks(requests)] == [2, 2, 2, 1]
+
+
+def test_model_cached_reads_an_accepted_batch_answer(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "c.sqlite")
+    model = ModelFactory(cache=cache, prices=PRICES).get("openai-compat/m@http://127.0.0.1:9/v1")
+    messages = [Message(role="user", content="hello")]
+    key = model.key_for(messages, GenerateConfig())
+    assert model.cached(key) is None
+    model.accept(key, BackendResponse(text="hi", usage=Usage(prompt_tokens=1)), batch=True)
+    hit = model.cached(key)
+    assert hit is not None and hit.text == "hi" and hit.cached and hit.cost_usd == 0.0
+    cache.close()

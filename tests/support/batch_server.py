@@ -39,6 +39,8 @@ class BatchFaults:
     shuffle: bool = False  # lines in reverse order
     expire_jobs: int = 0  # the first N jobs expire with only their first half answered
     fail_jobs: int = 0  # the first N jobs fail validation (no results)
+    poll_errors: int = 0  # the first N polls answer 503
+    lost_creates: int = 0  # the first N creates make the job but answer 502 (the answer is "lost")
 
 
 @dataclass
@@ -272,6 +274,8 @@ class BatchServer:
         job = self._add_job(
             "openai", [(line["custom_id"], line["body"]) for line in lines], body.get("metadata") or {}
         )
+        if job.index < self.faults.lost_creates:
+            return JSONResponse({"error": {"message": "bad gateway"}}, status_code=502)
         return JSONResponse(self._openai_view(job))
 
     def _openai_view(self, job: _Job) -> dict[str, Any]:
@@ -307,6 +311,9 @@ class BatchServer:
             return JSONResponse({"error": {"message": "no such batch"}}, status_code=404)
         with self._lock:
             self.stats.polls += 1
+            failing = self.stats.polls <= self.faults.poll_errors
+        if failing:
+            return JSONResponse({"error": {"message": "unavailable"}}, status_code=503)
         return JSONResponse(self._openai_view(job))
 
     async def _cancel_openai(self, request: Request) -> Response:
@@ -346,6 +353,9 @@ class BatchServer:
             return JSONResponse({"error": {"type": "not_found_error"}}, status_code=404)
         with self._lock:
             self.stats.polls += 1
+            failing = self.stats.polls <= self.faults.poll_errors
+        if failing:
+            return JSONResponse({"error": {"message": "unavailable"}}, status_code=503)
         return JSONResponse(self._anthropic_view(job))
 
     async def _results_anthropic(self, request: Request) -> Response:

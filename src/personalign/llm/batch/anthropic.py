@@ -21,7 +21,8 @@ TRANSIENT_ERRORS = {"api_error", "overloaded_error", "rate_limit_error", "timeou
 
 class AnthropicBatchProvider:
     name = "anthropic"
-    max_requests = 100_000  # the API's per-batch limit (also 256 MB)
+    max_requests = 100_000  # the API's per-batch limits: 100,000 requests, 256 MB
+    max_bytes = 240_000_000
 
     def __init__(self, spec: ModelSpec, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         assert spec.base_url is not None

@@ -73,6 +73,7 @@ class BatchProvider(Protocol):
 
     name: str
     max_requests: int  # per job
+    max_bytes: int  # per job (the serialized requests, approximately)
 
     async def submit(self, requests: Sequence[BatchRequest], tag: str) -> str:
         """Create a job for `requests`; `tag` marks it so `find` can recognise it later."""
@@ -223,6 +224,13 @@ class BatchJournal:
         return self.results_path(record).read_text(encoding="utf-8").splitlines()
 
 
+class BatchPending(ModelCallError):
+    """Jobs were still running when the runner stopped waiting; a later run resumes them."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
+
+
 # --- the runner -------------------------------------------------------------------------------
 
 
@@ -233,6 +241,8 @@ class PollPolicy:
     initial: float = 5.0
     factor: float = 1.5
     maximum: float = 120.0
+    max_wait: float | None = None  # give up waiting (BatchPending) after this long; None = never
+    max_failures: int = 10  # consecutive transient polling/download failures tolerated
 
 
 @dataclass
@@ -321,14 +331,37 @@ class BatchRunner:
             if cid not in pending and cid not in settled and attempts[cid] < self.max_attempts
         ]
 
+    def _chunks(self, requests: list[BatchRequest]) -> list[list[BatchRequest]]:
+        """Requests split at the provider's per-job limits of count and size."""
+        chunks: list[list[BatchRequest]] = [[]]
+        size = 0
+        for request in requests:
+            weight = len(json.dumps(request.body)) + len(request.custom_id) + 64
+            current = chunks[-1]
+            if current and (
+                len(current) >= self.provider.max_requests or size + weight > self.provider.max_bytes
+            ):
+                chunks.append([])
+                size = 0
+            chunks[-1].append(request)
+            size += weight
+        return [chunk for chunk in chunks if chunk]
+
     async def _submit(self, requests: list[BatchRequest]) -> int:
         jobs = 0
-        size = max(1, self.provider.max_requests)
-        for start in range(0, len(requests), size):
-            chunk = requests[start : start + size]
+        for chunk in self._chunks(requests):
             record = self.journal.add([r.custom_id for r in chunk])  # intent first: see `_recover`
-            record.job_id = await self.provider.submit(chunk, record.tag)
-            record.status = "running"
+            try:
+                job_id = await self.provider.submit(chunk, record.tag)
+            except Exception:
+                # The job may exist even though its answer was lost: look before forgetting it.
+                found = await self.provider.find(record.tag)
+                if found is None:
+                    self.journal.jobs.remove(record)
+                    self.journal.save()
+                    raise
+                job_id = found
+            record.job_id, record.status = job_id, "running"
             self.journal.save()
             log.info("batch: submitted job %s (%d requests)", record.job_id, len(chunk))
             jobs += 1
@@ -337,22 +370,36 @@ class BatchRunner:
     async def _wait(self, wanted: dict[str, BatchRequest]) -> None:
         """Poll the unfinished jobs until each has ended and its results are stored."""
         delay = self.poll.initial
+        started = time.monotonic()
+        failures = 0
         while True:
             open_jobs = [j for j in self._relevant(wanted) if j.status not in TERMINAL or not j.collected]
             if not open_jobs:
                 return
             for record in open_jobs:
                 assert record.job_id is not None
-                state = await self.provider.poll(record.job_id)
-                record.provider_status, record.error = state.provider_status, state.error
-                if state.status in TERMINAL:
-                    lines = await self.provider.fetch(state)
-                    record.status = state.status
-                    self.journal.store_results(record, lines)
-                    log.info("batch: job %s %s, %d result lines", record.job_id, state.status, len(lines))
-                else:
-                    self.journal.save()
-            if any(j.status not in TERMINAL for j in open_jobs):
+                try:
+                    state = await self.provider.poll(record.job_id)
+                    record.provider_status, record.error = state.provider_status, state.error
+                    if state.status in TERMINAL:
+                        lines = await self.provider.fetch(state)
+                        record.status = state.status
+                        self.journal.store_results(record, lines)
+                        log.info("batch: job %s %s, %d result lines", record.job_id, state.status, len(lines))
+                    else:
+                        self.journal.save()
+                    failures = 0
+                except ModelCallError as exc:
+                    failures += 1
+                    if not exc.retryable or failures > self.poll.max_failures:
+                        raise
+                    log.warning("batch: polling job %s failed (%s); trying again", record.job_id, exc)
+            if any(j.status not in TERMINAL or not j.collected for j in open_jobs):
+                if self.poll.max_wait is not None and time.monotonic() - started > self.poll.max_wait:
+                    raise BatchPending(
+                        f"batch jobs still running after {self.poll.max_wait:g}s; run again to resume "
+                        f"(journal: {self.journal.path})"
+                    )
                 await self._sleep(delay)
                 delay = min(self.poll.maximum, delay * self.poll.factor)
 

@@ -42,7 +42,8 @@ def request_lines(requests: Sequence[BatchRequest]) -> bytes:
 
 class OpenAIBatchProvider:
     name = "openai"
-    max_requests = 50_000  # the API's per-batch limit
+    max_requests = 50_000  # the API's per-batch limits: 50,000 requests, a 200 MB input file
+    max_bytes = 190_000_000
 
     def __init__(
         self,
