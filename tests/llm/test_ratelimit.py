@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import time
 from datetime import datetime, timezone
 
 import pytest
 
 from personalign.errors import ConfigError, ModelCallError
-from personalign.llm import GenerateConfig, ModelFactory, UsageTracker
+from personalign.llm import GenerateConfig, Model, ModelFactory, PriceTable, UsageTracker
 from personalign.llm.backends._http import http_status_error
 from personalign.llm.ratelimit import (
     INITIAL_LIMIT,
@@ -22,6 +23,7 @@ from personalign.llm.ratelimit import (
     rate_headers,
 )
 from personalign.llm.spec import parse_model_spec
+from personalign.llm.types import BackendResponse
 from personalign.types import Message
 from tests.support.ratelimit_server import RateLimitServer, format_duration
 
@@ -429,3 +431,38 @@ def test_openai_compat_backend_surfaces_rate_limit_headers_over_the_lean_client(
     assert headers is not None
     assert headers["x-ratelimit-limit-requests"] == "1000"
     assert int(headers["x-ratelimit-remaining-requests"]) >= 998
+
+
+class _Once429:
+    """A backend whose first answer is a 429 asking for 0.3 s."""
+
+    supports_json_schema = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def generate(self, messages: object, config: GenerateConfig, *, timeout: float) -> BackendResponse:
+        self.calls += 1
+        if self.calls == 1:
+            raise ModelCallError(
+                "429", retryable=True, retry_after=0.3, status_code=429, headers={"retry-after": "0.3"}
+            )
+        return BackendResponse(text="ok")
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("options", ["", "?adaptive=false&rpm=60000"])
+def test_a_429_retry_waits_for_retry_after_with_or_without_adaptation(options: str) -> None:
+    spec = parse_model_spec(f"openai-compat/m@http://127.0.0.1:9/v1{options}")
+    backend = _Once429()
+    model = Model(spec, backend, cache=None, tracker=UsageTracker(), prices=PriceTable({}, "none"))
+
+    async def scenario() -> float:
+        started = time.perf_counter()
+        await model.complete([Message(role="user", content="x")])
+        return time.perf_counter() - started
+
+    assert asyncio.run(scenario()) >= 0.29
+    assert backend.calls == 2

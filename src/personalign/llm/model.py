@@ -307,7 +307,7 @@ class Model:
                     retry_after=error.retry_after,
                     status_code=error.status_code,
                 ) from error
-            if gate is not None and error.status_code == 429:
+            if gate is not None and gate.controller.adaptive and error.status_code == 429:
                 # The gate already holds the endpoint for the server's retry-after and narrowed
                 # the window; a short jitter is enough here, a long backoff would only idle it.
                 await asyncio.sleep(self._rng.uniform(0, min(self.retry.base_delay, 0.1)))
