@@ -357,7 +357,9 @@ def test_adaptation_keeps_429s_rare_against_a_rate_limited_server() -> None:
         stats = server.stats()
     assert None not in texts and all(t and t.startswith('{"echo"') for t in texts)
     assert stats["ok"] == 120
-    assert stats["rate_limited"] <= 3  # without adaptation: 24 of the first 64 alone
+    # Without adaptation: 24 of the first 64 alone (next test). Typically 0-2 here; the margin is
+    # for a heavily loaded machine, where calls reach the server later than they start.
+    assert stats["rate_limited"] <= 8
     record = tracker.to_record()["rate_limits"]
     (endpoint,) = record.values()
     assert endpoint["http_429"] == stats["rate_limited"] and endpoint["calls"] == 120 + stats["rate_limited"]
