@@ -32,7 +32,7 @@ class _Cells(HTMLParser):
         a = dict(attrs)
         for name in ("src", "href"):
             value = a.get(name) or ""
-            if tag in ("script", "img", "link", "iframe") and value and not value.startswith("#"):
+            if tag in ("script", "img", "link", "iframe") and value and not value.startswith(("#", "data:")):
                 self.external.append(value)
         if tag == "table" and a.get("data-benchmark"):
             self.benchmark = f"{a['data-benchmark']}"
