@@ -140,3 +140,36 @@ def test_flatten_metrics_keeps_scalars_and_cis_and_drops_per_instance_maps() -> 
         "inference.all.f1_ci": "[0.25, 0.75]",
         "usage.cost_usd": 0.1,
     }
+
+
+def test_cupid_instance_page_rebuilds_the_messages_each_step_sent(runs: Path, client: TestClient) -> None:
+    from personalign.benchmarks.cupid.data import load_cupid
+
+    record = _lines(runs / "cupid" / "a" / "samples.jsonl")[0]
+    instance = next(i for i in load_cupid("fixture").instances if i.id == record["instance_id"])
+    html = client.get("/instance/cupid/a", params={"id": record["instance_id"]}).text
+    assert "Messages rebuilt" in html
+    sections = html.split('<section class="step"')[1:]
+    by_step = {s.split(">", 2)[2].split(" <", 1)[0].replace("&gt;", ">"): s for s in sections}
+    assert set(by_step) == set(record["steps"])
+    infer, judge = by_step["infer"], by_step["judge"]
+    assert 'class="message"' in infer and instance.current_request.split("\n")[0][:60] in infer.replace(
+        "&#39;", "'"
+    )
+    response = record["steps"]["generate"]["parsed"]
+    assert response[:60] in judge.replace("&#39;", "'")  # the judge saw the recorded response
+
+
+def test_messages_are_not_rebuilt_from_data_that_changed_or_for_other_benchmarks(
+    runs: Path, client: TestClient
+) -> None:
+    manifest_path = runs / "cupid" / "a" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["data"]["sha256"] = "0" * 64
+    manifest_path.write_text(json.dumps(manifest))
+    record = _lines(runs / "cupid" / "a" / "samples.jsonl")[0]
+    html = client.get("/instance/cupid/a", params={"id": record["instance_id"]}).text
+    assert "changed since the run (sha256 differs)" in html and 'class="message"' not in html
+    hicupid = _lines(runs / "hicupid" / "a" / "samples.jsonl")[0]
+    html = client.get("/instance/hicupid/a", params={"id": hicupid["instance_id"]}).text
+    assert "messages are not rebuilt" in html

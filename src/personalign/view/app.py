@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from personalign.redact import redact_text
+from personalign.view.messages import CupidMessages, Rendered
 from personalign.view.runs_index import (
     RunIndex,
     RunsRoot,
@@ -62,6 +63,18 @@ def create_app(root: Path) -> Starlette:
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     runs = RunsRoot(root)
+    renderers: dict[str, CupidMessages] = {}
+
+    def messages(run_id: str, run: RunIndex, record: dict[str, Any]) -> Rendered:
+        if run.benchmark != "cupid":
+            return Rendered(
+                {}, f"{run.benchmark} runs store prompt names and hashes; messages are not rebuilt"
+            )
+        renderer = renderers.get(run_id)
+        if renderer is None or renderer.manifest is not run.manifest:
+            renderer = renderers[run_id] = CupidMessages(run.manifest)
+        return renderer.render(record)
+
     env = Environment(
         loader=PackageLoader("personalign.view", "templates"),
         autoescape=select_autoescape(["html", "j2"]),
@@ -179,6 +192,7 @@ def create_app(root: Path) -> Starlette:
             run_id=run_id,
             run=run,
             record=record,
+            messages=messages(run_id, run, record),
             status=record_status(record),
             kind=instance_type(record),
             other_id=other_id if other else "",
