@@ -173,3 +173,26 @@ def test_messages_are_not_rebuilt_from_data_that_changed_or_for_other_benchmarks
     hicupid = _lines(runs / "hicupid" / "a" / "samples.jsonl")[0]
     html = client.get("/instance/hicupid/a", params={"id": hicupid["instance_id"]}).text
     assert "messages are not rebuilt" in html
+
+
+def test_view_command_refuses_a_missing_directory(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from personalign.cli import app
+
+    result = CliRunner().invoke(app, ["view", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "not a directory" in result.output
+
+
+def test_view_command_serves_the_app_on_localhost_by_default(runs: Path, monkeypatch: Any) -> None:
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from personalign.cli import app
+
+    served: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda asgi, **kw: served.update(app=asgi, **kw))
+    result = CliRunner().invoke(app, ["view", str(runs)])
+    assert result.exit_code == 0, result.output
+    assert served["host"] == "127.0.0.1"
+    assert TestClient(served["app"]).get("/run/cupid/a").status_code == 200
