@@ -16,11 +16,10 @@ from personalign.cli_common import (
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
+    cli_errors,
     console,
     exit_code,
 )
-from personalign.cli_common import fail as _fail
-from personalign.errors import PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT
 from personalign.redact import safe
 
@@ -150,7 +149,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
         from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
 
-        try:
+        with cli_errors():
             config = CupidSynthConfig(
                 generator=generator,
                 user_simulator=user_simulator or generator,
@@ -188,9 +187,6 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     resample_failed=resample_failed,
                 ),
             )
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         print_summary(result.summary, out, max_error_rate)
 
     @synth_app.command("hicupid")
@@ -221,7 +217,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         """HiCUPID-style users, dialogues and QA (dialogue.jsonl, qa.jsonl in the official schema)."""
         from personalign.benchmarks.hicupid.synth import HicupidSynthConfig, synthesize_hicupid
 
-        try:
+        with cli_errors():
             config = HicupidSynthConfig(
                 generator=generator,
                 n_users=users,
@@ -251,9 +247,6 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     resample_failed=resample_failed,
                 ),
             )
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         print_summary(result.summary, out, max_error_rate)
 
     @synth_app.command("benchpres")
@@ -290,7 +283,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             synthesize_benchpres,
         )
 
-        try:
+        with cli_errors():
             counts = dict(DOMAIN_COUNTS)
             if contexts_per_domain is not None:
                 counts = {d: contexts_per_domain for d in counts}
@@ -324,9 +317,6 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     resample_failed=resample_failed,
                 ),
             )
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         print_summary(result.summary, out, max_error_rate)
         console.print(
             "[yellow]labels are model proposals (unverified)[/]: fill final_label in labels.csv, then run "
@@ -346,11 +336,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         """Read the reviewed labels CSV and write benchpres.jsonl with the final labels."""
         from personalign.benchmarks.benchpres.synth import import_labels
 
-        try:
+        with cli_errors():
             report = import_labels(out, labels, partial=partial)
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         console.print(
             f"benchpres.jsonl: {report['rows']} rows ({report['apply']} apply, {report['suppress']} suppress)"
             + (f"; {len(report['skipped'])} contexts skipped (unlabelled)" if report["skipped"] else "")

@@ -26,6 +26,8 @@ ENTRY_POINT_GROUP = "personalign.benchmarks"
 
 BUILTIN: dict[str, str] = {
     "cupid": "personalign.benchmarks.cupid.spec:SPEC",
+    "hicupid": "personalign.benchmarks.hicupid.spec:SPEC",
+    "benchpres": "personalign.benchmarks.benchpres.spec:SPEC",
 }
 
 # Registered at run time (tests, notebooks): name -> "module:attribute" or the spec object itself.
@@ -55,7 +57,8 @@ def names() -> list[str]:
     return list(found)
 
 
-def _load(target: Any) -> Any:
+def load_target(target: Any) -> Any:
+    """The object an import path "module:attribute" names (a non-string target is returned as is)."""
     if not isinstance(target, str):
         return target
     module, _, attribute = target.partition(":")
@@ -71,7 +74,7 @@ def get(name: str) -> BenchmarkSpec[Any, Any, Any]:
     target = _EXTRA.get(name) or BUILTIN.get(name) or _entry_points().get(name)
     if target is None:
         raise ConfigError(f"unknown benchmark {name!r} (registered: {', '.join(names())})")
-    spec = _load(target)
+    spec = load_target(target)
     if getattr(spec, "name", None) != name:
         found = getattr(spec, "name", None)
         raise ConfigError(f"benchmark {name!r} is registered as {target!r}, whose spec is named {found!r}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from personalign.benchmarks.cupid.spec import SPEC
@@ -21,7 +20,7 @@ def run_cupid(
     factory: ModelFactory | None = None,
 ) -> RunResult:
     """Evaluate (or resume) a CUPID run and write its summary."""
-    return run_benchmark(SPEC, config, _with_types(settings), data=data, factory=factory)
+    return run_benchmark(SPEC, config, settings, data=data, factory=factory)
 
 
 def rescore_cupid(
@@ -45,9 +44,3 @@ def rescore_cupid(
         data=data,
         factory=factory,
     )
-
-
-def _with_types(settings: RunSettings) -> RunSettings:
-    """CUPID's selection always records its instance types (an empty list: all), as it always has."""
-    types = tuple(settings.selection.get("instance_types") or ())
-    return replace(settings, selection={**settings.selection, "instance_types": types})
