@@ -20,7 +20,6 @@ from personalign.cli_common import (
     console,
     exit_code,
 )
-from personalign.llm.spec import EMBEDDED_DEFAULT
 from personalign.redact import safe
 
 # Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
@@ -28,8 +27,18 @@ from personalign.redact import safe
 # checked by lint-imports; docs/architecture.md).
 
 GeneratorOpt = Annotated[
-    str, typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2).")
+    str | None,
+    typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2)."),
 ]
+
+
+def embedded_default() -> str:
+    """The bundled model's spec (imported when a command runs: the model layer is slow to load)."""
+    from personalign.llm.spec import EMBEDDED_DEFAULT
+
+    return EMBEDDED_DEFAULT
+
+
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory (re-run to resume).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed for every sampled choice and for sampling.")]
 ConcurrencyOpt = Annotated[int, typer.Option(help="Units (personas, users, profiles) generated at once.")]
@@ -111,7 +120,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
     @synth_app.command("cupid")
     def synth_cupid(
         out: OutOpt = Path("synth/cupid"),
-        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        generator: GeneratorOpt = None,
         user_simulator: Annotated[
             str | None, typer.Option(help="User simulator spec (default: --generator).")
         ] = None,
@@ -150,6 +159,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
 
         with cli_errors():
+            generator = generator or embedded_default()
             config = CupidSynthConfig(
                 generator=generator,
                 user_simulator=user_simulator or generator,
@@ -192,7 +202,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
     @synth_app.command("hicupid")
     def synth_hicupid(
         out: OutOpt = Path("synth/hicupid"),
-        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        generator: GeneratorOpt = None,
         users: Annotated[int, typer.Option(help="Number of users.")] = 2,
         personas: Annotated[
             int, typer.Option(help="Persona items per user (one per dimension, <= 25).")
@@ -218,6 +228,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         from personalign.benchmarks.hicupid.synth import HicupidSynthConfig, synthesize_hicupid
 
         with cli_errors():
+            generator = generator or embedded_default()
             config = HicupidSynthConfig(
                 generator=generator,
                 n_users=users,
@@ -252,7 +263,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
     @synth_app.command("benchpres")
     def synth_benchpres(
         out: OutOpt = Path("synth/benchpres"),
-        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        generator: GeneratorOpt = None,
         labeler: Annotated[
             str | None, typer.Option(help="Model that proposes apply/suppress labels (default: --generator).")
         ] = None,
@@ -284,6 +295,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         )
 
         with cli_errors():
+            generator = generator or embedded_default()
             counts = dict(DOMAIN_COUNTS)
             if contexts_per_domain is not None:
                 counts = {d: contexts_per_domain for d in counts}
