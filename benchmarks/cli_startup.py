@@ -10,6 +10,8 @@ PYTHONPATH pointing at the tree's `src/`):
   returns at once; target: under 0.35 s). The run is built once per tree, as
   benchmarks/cupid_throughput.py builds its data.
 
+Wall and CPU time (user + system of the process) are both printed: where other work shares the
+cores the wall time mostly measures the queue, and the CPU time is the figure to compare.
 The baseline tree is `git archive` of `--baseline` (a commit) unpacked in a temporary folder, or
 `--baseline-dir` (a checkout holding `src/personalign`). Prints each median and the ratio
 this tree / baseline.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,7 @@ TARGETS = {"--help": 0.2, "run --help": 0.2, "cached re-run": 0.35}
 
 
 def personalign(tree: Path, *args: str) -> list[str]:
+    """The command line (the tree is chosen by PYTHONPATH, see `env_for`)."""
     return [sys.executable, "-m", "personalign", *args]
 
 
@@ -44,14 +48,16 @@ def env_for(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree / "src"), "NO_COLOR": "1"}
 
 
-def timed(tree: Path, args: list[str], runs: int) -> float:
-    """The median wall time of `runs` processes of `personalign *args` from `tree` (each must exit 0)."""
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(personalign(tree, *args), env=env_for(tree), check=True, capture_output=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def once(tree: Path, args: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) time of one `personalign *args` process from `tree` (it must
+    exit 0). On a machine shared with other work the wall time mostly measures the others; the CPU
+    time is what the process itself costs."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(personalign(tree, *args), env=env_for(tree), check=True, capture_output=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def run_args(data: Path, work: Path) -> list[str]:
@@ -74,15 +80,26 @@ def run_args(data: Path, work: Path) -> list[str]:
     ]
 
 
-def measure(tree: Path, data: Path, work: Path, runs: int) -> dict[str, float]:
-    """The three measures on `tree`; builds the finished run first (not timed)."""
-    work.mkdir(parents=True, exist_ok=True)
-    args = run_args(data, work)
-    subprocess.run(personalign(tree, *args), env=env_for(tree), check=True, capture_output=True)
+def measure(
+    trees: dict[str, Path], data: Path, work: Path, runs: int
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """Median per tree and measure. The trees alternate within each repetition, so a change in the
+    machine's load (other processes) weighs on both alike. Each tree's finished run is built first."""
+    commands: dict[str, dict[str, list[str]]] = {}
+    for label, tree in trees.items():
+        args = run_args(data, work / label)
+        subprocess.run(personalign(tree, *args), env=env_for(tree), check=True, capture_output=True)
+        commands[label] = {"--help": ["--help"], "run --help": ["run", "--help"], "cached re-run": args}
+    times: dict[str, dict[str, list[tuple[float, float]]]] = {k: {m: [] for m in TARGETS} for k in trees}
+    for _ in range(runs):
+        for name in TARGETS:
+            for label, tree in trees.items():
+                times[label][name].append(once(tree, commands[label][name]))
     return {
-        "--help": timed(tree, ["--help"], runs),
-        "run --help": timed(tree, ["run", "--help"], runs),
-        "cached re-run": timed(tree, args, runs),
+        label: {
+            m: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for m, v in by.items()
+        }
+        for label, by in times.items()
     }
 
 
@@ -109,14 +126,24 @@ def main() -> None:
         generate_instances(args.instances, data)
         old_tree = args.baseline_dir or unpack(args.baseline, tmp / "baseline")
         label = str(args.baseline_dir or args.baseline)
-        new = measure(ROOT, data, tmp / "new", args.runs)
-        old = measure(old_tree, data, tmp / "old", args.runs)
+        medians = measure({"old": old_tree, "new": ROOT}, data, tmp, args.runs)
+        old, new = medians["old"], medians["new"]
 
-    print(f"median of {args.runs} processes; {args.instances} CUPID instances; baseline {label}")
-    print(f"{'measure':<16}{'baseline s':>12}{'this tree s':>13}{'ratio':>8}{'target s':>10}")
+    load = os.getloadavg()[0]
+    print(
+        f"median of {args.runs} processes each; {args.instances} CUPID instances; "
+        f"baseline {label}; load {load:.1f}"
+    )
+    print(
+        f"{'measure':<15}{'wall: baseline':>15}{'this':>8}{'ratio':>7}"
+        f"{'cpu: baseline':>15}{'this':>8}{'ratio':>7}"
+    )
     for name, target in TARGETS.items():
-        ratio = new[name] / old[name]
-        print(f"{name:<16}{old[name]:>12.3f}{new[name]:>13.3f}{ratio:>8.2f}{target:>10.2f}")
+        (old_wall, old_cpu), (new_wall, new_cpu) = old[name], new[name]
+        print(
+            f"{name:<15}{old_wall:>15.3f}{new_wall:>8.3f}{new_wall / old_wall:>7.2f}"
+            f"{old_cpu:>15.3f}{new_cpu:>8.3f}{new_cpu / old_cpu:>7.2f}   target {target:.2f} s"
+        )
 
 
 if __name__ == "__main__":

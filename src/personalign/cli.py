@@ -100,7 +100,11 @@ class RunGroup(TyperGroup):
 
 
 app = typer.Typer(
-    cls=RootGroup, add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize."
+    cls=RootGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Measure how LLM assistants personalize.",
+    epilog="A benchmark's own commands are listed by `personalign run <benchmark> --help`.",
 )
 run_app = typer.Typer(cls=RunGroup, no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")

@@ -305,28 +305,38 @@ def run_benchmark(
         spec.check(evaluator, items)
         manifest = build_manifest(spec, config, dataset, settings, factory, texts)
         run_dir = run_dir_for(spec, config, manifest["identity"], settings)
-        with locked_run(run_dir, manifest):
-            outcome = asyncio.run(
-                execute(
-                    evaluator,
-                    items,
-                    run_dir,
-                    factory,
-                    concurrency=settings.concurrency,
-                    progress=settings.progress,
-                    label=spec.name,
-                )
-            )
-            summary = write_summary(
-                spec,
+        extra = {"selection": settings.selection_of().to_record()}
+        return _evaluate(spec, config, evaluator, items, run_dir, manifest, factory, settings, extra)
+
+
+def _evaluate(
+    spec: AnySpec,
+    config: Any,
+    evaluator: Evaluator[Any],
+    items: Sequence[Any],
+    run_dir: RunDir,
+    manifest: dict[str, Any],
+    factory: ModelFactory,
+    settings: RunSettings,
+    extra: Mapping[str, Any],
+    previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+) -> RunResult:
+    """Open (or resume) the locked run directory, evaluate the items, write summary.json."""
+    with locked_run(run_dir, manifest):
+        outcome = asyncio.run(
+            execute(
+                evaluator,
+                items,
                 run_dir,
-                config,
-                outcome.records,
-                outcome.status,
                 factory,
-                settings.seed,
-                {"selection": settings.selection_of().to_record()},
+                concurrency=settings.concurrency,
+                progress=settings.progress,
+                label=spec.name,
+                previous_steps=previous_steps,
             )
+        )
+        records, status = outcome.records, outcome.status
+        summary = write_summary(spec, run_dir, config, records, status, factory, settings.seed, extra)
     return RunResult(run_dir, outcome, summary)
 
 
@@ -381,27 +391,5 @@ def rescore_benchmark(
         steps = old_records[instance_id].steps
         return {k: v for k, v in steps.items() if spec.kept_on_rescore(k)}
 
-    with locked_run(run_dir, new_manifest):
-        outcome = asyncio.run(
-            execute(
-                evaluator,
-                items,
-                run_dir,
-                factory,
-                concurrency=settings.concurrency,
-                progress=settings.progress,
-                label=spec.name,
-                previous_steps=kept,
-            )
-        )
-        summary = write_summary(
-            spec,
-            run_dir,
-            config,
-            outcome.records,
-            outcome.status,
-            factory,
-            settings.seed,
-            {"rescored_from": str(source)},
-        )
-    return RunResult(run_dir, outcome, summary)
+    extra = {"rescored_from": str(source)}
+    return _evaluate(spec, config, evaluator, items, run_dir, new_manifest, factory, settings, extra, kept)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from personalign.benchmarks.benchpres.spec import SPEC, defaults_for
 from personalign.benchmarks.benchpres.steps import BenchPresConfig
@@ -12,15 +13,9 @@ from personalign.runs.lifecycle import RunResult, RunSettings, rescore_benchmark
 __all__ = ["RunSettings", "defaults_for", "rescore_benchpres", "run_benchpres"]
 
 
-def run_benchpres(
-    config: BenchPresConfig,
-    settings: RunSettings,
-    *,
-    data: str | Path = "fixture",
-    factory: ModelFactory | None = None,
-) -> RunResult:
-    """Evaluate (or resume) a BenchPreS run and write its summary."""
-    return run_benchmark(SPEC, config, settings, data=data, factory=factory)
+def run_benchpres(config: BenchPresConfig, settings: RunSettings, **kw: Any) -> RunResult:
+    """Evaluate (or resume) a run and write its summary (keywords: data, factory; runs/lifecycle.py)."""
+    return run_benchmark(SPEC, config, settings, **kw)
 
 
 def rescore_benchpres(

@@ -85,6 +85,9 @@ class BenchPresSpec:
     title = "BenchPreS: are stored preferences applied only where the context allows them?"
     item_noun = "rows"
     default_seed = 0
+    # the data hooks are the folder's own loader: (source, sha256) without loading, and the loader
+    describe_data = staticmethod(describe_source)
+    load = staticmethod(load_benchpres)
     cli = "personalign.benchmarks.benchpres.cli:register"
     roles: tuple[Role, ...] = (
         Role("subject", "The model under evaluation.", rescorable=False),
@@ -221,11 +224,6 @@ class BenchPresSpec:
         )
 
     # --- data ---------------------------------------------------------------------------------
-    def describe_data(self, data: str | Path) -> tuple[str, str | None]:
-        return describe_source(data)
-
-    def load(self, data: str | Path) -> LoadedBenchPres:
-        return load_benchpres(data)
 
     def data_record(self, dataset: LoadedBenchPres) -> dict[str, Any]:
         return {"source": dataset.source, "sha256": dataset.sha256, "n_rows": len(dataset.rows)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from personalign.benchmarks.cupid.spec import SPEC
 from personalign.benchmarks.cupid.steps import CupidConfig
@@ -12,15 +13,9 @@ from personalign.runs.lifecycle import RunResult, RunSettings, rescore_benchmark
 __all__ = ["RunSettings", "rescore_cupid", "run_cupid"]
 
 
-def run_cupid(
-    config: CupidConfig,
-    settings: RunSettings,
-    *,
-    data: str | Path = "fixture",
-    factory: ModelFactory | None = None,
-) -> RunResult:
-    """Evaluate (or resume) a CUPID run and write its summary."""
-    return run_benchmark(SPEC, config, settings, data=data, factory=factory)
+def run_cupid(config: CupidConfig, settings: RunSettings, **kw: Any) -> RunResult:
+    """Evaluate (or resume) a run and write its summary (keywords: data, factory; runs/lifecycle.py)."""
+    return run_benchmark(SPEC, config, settings, **kw)
 
 
 def rescore_cupid(
@@ -35,12 +30,8 @@ def rescore_cupid(
     factory: ModelFactory | None = None,
 ) -> RunResult:
     """Re-judge a finished run's saved subject outputs with other judges, into a new run directory."""
+    models = {"judge": judge, "decomposer": decomposer, "matcher": matcher}
+    options = {"matcher_format": matcher_format}
     return rescore_benchmark(
-        SPEC,
-        source,
-        settings,
-        models={"judge": judge, "decomposer": decomposer, "matcher": matcher},
-        options={"matcher_format": matcher_format},
-        data=data,
-        factory=factory,
+        SPEC, source, settings, models=models, options=options, data=data, factory=factory
     )

@@ -39,6 +39,9 @@ class CupidSpec:
     title = "CUPID: infer the contextual preference behind a request from prior sessions"
     item_noun = "instances"
     default_seed = 0
+    # the data hooks are the folder's own loader: (source, sha256) without loading, and the loader
+    describe_data = staticmethod(describe_source)
+    load = staticmethod(load_cupid)
     roles: tuple[Role, ...] = (
         Role("subject", "The model under evaluation.", rescorable=False),
         Role("judge", "The generation judge (and the default decomposer and matcher)."),
@@ -133,11 +136,6 @@ class CupidSpec:
         )
 
     # --- data ---------------------------------------------------------------------------------
-    def describe_data(self, data: str | Path) -> tuple[str, str | None]:
-        return describe_source(data)
-
-    def load(self, data: str | Path) -> LoadedDataset:
-        return load_cupid(data)
 
     def data_record(self, dataset: LoadedDataset) -> dict[str, Any]:
         return {"source": dataset.source, "sha256": dataset.sha256, "n_instances": len(dataset.instances)}

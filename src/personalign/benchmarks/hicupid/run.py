@@ -30,15 +30,9 @@ def hicupid_settings(
     return RunSettings(selection=selection, seed=seed, **settings)
 
 
-def run_hicupid(
-    config: HiCupidConfig,
-    settings: RunSettings,
-    *,
-    data: str | Path = "fixture",
-    factory: ModelFactory | None = None,
-) -> RunResult:
-    """Evaluate (or resume) a HiCUPID run and write its summary."""
-    return run_benchmark(SPEC, config, settings, data=data, factory=factory)
+def run_hicupid(config: HiCupidConfig, settings: RunSettings, **kw: Any) -> RunResult:
+    """Evaluate (or resume) a run and write its summary (keywords: data, factory; runs/lifecycle.py)."""
+    return run_benchmark(SPEC, config, settings, **kw)
 
 
 def rescore_hicupid(
@@ -52,12 +46,7 @@ def rescore_hicupid(
     factory: ModelFactory | None = None,
 ) -> RunResult:
     """Re-judge a run's saved answers with another judge, into a new run directory (no subject calls)."""
+    options = {"judge_format": judge_format, "both_orders": both_orders}
     return rescore_benchmark(
-        SPEC,
-        source,
-        settings,
-        models={"judge": judge},
-        options={"judge_format": judge_format, "both_orders": both_orders},
-        data=data,
-        factory=factory,
+        SPEC, source, settings, models={"judge": judge}, options=options, data=data, factory=factory
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from personalign.errors import ConfigError
 from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
 from personalign.report.tables import Table, write_tables
+from personalign.runs.manifest import versions_of
 from personalign.runs.records import InstanceRecord
 from personalign.runs.runner import Evaluator
 from personalign.runs.spec import Option, Role, RunContext, Selection
@@ -36,13 +36,7 @@ PACKAGES = ("sacrebleu", "rouge-score", "bm25s", "onnxruntime", "tokenizers", "t
 
 
 def package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
+    return versions_of(PACKAGES)
 
 
 def embedding_cache_path(cache_path: Path | None) -> Path | None:
@@ -57,6 +51,9 @@ class HiCupidSpec:
     title = "HiCUPID: answer from a long history; A/B and YES/NO judges"
     item_noun = "questions"
     default_seed = 42
+    # the data hooks are the folder's own loader: (source, sha256) without loading, and the loader
+    describe_data = staticmethod(describe_source)
+    load = staticmethod(load_hicupid)
     cli = "personalign.benchmarks.hicupid.cli:register"
     roles: tuple[Role, ...] = (
         Role("subject", "The model under evaluation.", rescorable=False),
@@ -182,11 +179,6 @@ class HiCupidSpec:
         )
 
     # --- data ---------------------------------------------------------------------------------
-    def describe_data(self, data: str | Path) -> tuple[str, str | None]:
-        return describe_source(data)
-
-    def load(self, data: str | Path) -> HiCupidDataset:
-        return load_hicupid(data)
 
     def data_record(self, dataset: HiCupidDataset) -> dict[str, Any]:
         return {
