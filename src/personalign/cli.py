@@ -313,9 +313,9 @@ def rescore(
 ) -> None:
     """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
 
-    The benchmark is read from the run's manifest; it takes that benchmark's own judge roles and
-    judge options too (CUPID: --decomposer, --matcher, --matcher-format; HiCUPID: --judge-format,
-    --both-orders/--one-order; BenchPreS: --completeness-judge); other flags are refused.
+    The benchmark is read from the run's manifest; the command also takes that benchmark's other
+    judge roles and its re-scoring options (as `personalign run <benchmark> --help` names them, e.g.
+    --matcher-format); a flag the benchmark does not take is refused.
     """
     from personalign.runs.lifecycle import RunSettings, rescore_benchmark
 
@@ -341,7 +341,7 @@ def rescore(
 def report(
     runs: Annotated[list[Path], typer.Argument(help="One or more run directories (any benchmarks).")],
     out: Annotated[
-        Path, typer.Option(help="Directory for report.md/.csv/.json (CUPID, HiCUPID) and benchpres.* files.")
+        Path, typer.Option(help="Directory for report.md/.csv/.json and any benchmark's own report files.")
     ] = Path("report"),
 ) -> None:
     """Print and write the paper-style tables for one or more runs, grouped by benchmark.

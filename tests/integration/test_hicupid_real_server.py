@@ -63,7 +63,12 @@ def test_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
         # history is the one dialogue the memory engine retrieves (`--context memory-1`).
         text_judge = run_hicupid(
             replace(config, judge_format="text", context="memory-1"),
-            replace(settings, run_dir=tmp_path / "text", types=("persona",), limit=1),
+            replace(
+                settings,
+                run_dir=tmp_path / "text",
+                selection={**settings.selection, "types": ("persona",)},
+                limit=1,
+            ),
         )
         for record in RunDir(tmp_path / "text").records().values():
             context = record.steps["context"].parsed
