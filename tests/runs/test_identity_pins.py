@@ -67,3 +67,18 @@ CASES: list[tuple[str, Any, str, int, str]] = [
 def test_identity_hash_is_pinned(name: str, config: Any, source: str, seed: int, expected: str) -> None:
     identity = registry.get(name).identity(config, source, "abc", seed)
     assert identity_hash(identity) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("cupid", {"limit": None, "instance_types": []}),
+        ("hicupid", {"limit": None, "splits": ["test_1", "test_2"], "types": [], "users": []}),
+        ("benchpres", {"limit": None}),
+    ],
+)
+def test_default_selection_record_is_as_before(name: str, expected: dict[str, Any]) -> None:
+    """The selection a finished run's summary is compared with (finished-run check) keeps its keys."""
+    from personalign.runs.spec import Selection, selection_defaults
+
+    assert Selection(None, selection_defaults(registry.get(name), {})).to_record() == expected
