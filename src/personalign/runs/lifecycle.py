@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs import schema
 from personalign.runs.health import health_section
 from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.manifest import environment, identity_hash, now
@@ -219,6 +220,7 @@ def build_manifest(
     if (runtime := getattr(spec, "manifest_models", None)) is not None:
         extra.update(runtime(config, {role: factory.get(s) for role, s in specs.items()}))
     return {
+        "schema_version": schema.SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "identity": identity,
@@ -248,6 +250,7 @@ def write_summary(
     """summary.json: status, the run's description, the metrics, usage, step health, notices."""
     specs = model_specs(spec, config)
     summary = {
+        "schema_version": schema.SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "status": status,
