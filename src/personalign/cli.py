@@ -230,42 +230,38 @@ def _extension_note(spec: AnySpec) -> str:
 
 
 def _run_callback(spec: AnySpec) -> Callable[..., None]:
+    """`personalign run <name>`: the public `personalign.api.run` with the parsed options, the run's
+    description printed first, its summary and exit code after."""
+
     def run(**kw: Any) -> None:
-        from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
-        from personalign.protocols.upstream import resolve_protocol
-        from personalign.runs.lifecycle import SMALL_MODEL_NOTICE, RunSettings, run_benchmark
-        from personalign.runs.spec import role_specs
+        from personalign.api import run as run_api
+        from personalign.llm.spec import EMBEDDED_DEFAULT
+        from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
+
+        model, judge = kw.pop("model"), kw.pop("judge")
+        roles = {r.name: kw.pop(r.name) for r in spec.roles if r.name not in ("subject", "judge")}
+        options = {o.name: kw.pop(o.name) for o in spec.options}
+        max_error_rate, no_cache = kw.pop("max_error_rate"), kw.pop("no_cache")
+
+        def announce(text: str) -> None:
+            console.print(safe(text))
+            if EMBEDDED_DEFAULT in (model or EMBEDDED_DEFAULT, judge or EMBEDDED_DEFAULT):
+                console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
 
         with cli_errors():
-            subject, judge = subject_and_judge(kw.pop("model"), kw.pop("judge"))
-            given = {"subject": subject, "judge": judge}
-            given.update({r.name: kw.pop(r.name) for r in spec.roles if r.name not in given})
-            scope = {o.name: o.scope for o in spec.options}
-            options = {o.name: kw.pop(o.name) for o in spec.options}
-            default_protocol = getattr(spec, "default_protocol", None)
-            protocol = kw["protocol"] or (default_protocol(kw["data"]) if default_protocol else None)
-            chosen = resolve_protocol(protocol, official_data=kw["data"].split(":", 1)[0] == "hf")
-            config_options = {k: v for k, v in options.items() if scope[k] == "config"}
-            config = spec.make_config(role_specs(spec, given), config_options, chosen)
-            settings = RunSettings(
-                run_dir=kw["run_dir"],
-                concurrency=kw["concurrency"],
-                limit=kw["limit"],
-                selection={k: v for k, v in options.items() if scope[k] == "selection"},
-                seed=kw["seed"],
-                cache_path=kw["cache"],
-                use_cache=not kw["no_cache"],
-                max_cost_usd=kw["max_cost"],
-                prices=kw["prices"],
-                progress=kw["progress"],
-                protocol_dir=kw["protocol_dir"],
+            result = run_api(
+                spec.name,
+                model=model,
+                judge=judge,
+                models={k: v for k, v in roles.items() if v is not None},
+                use_cache=not no_cache,
+                max_cost_usd=kw.pop("max_cost"),
+                announce=announce,
+                **kw,
+                **options,
             )
-            console.print(safe(spec.describe(config)))
-            if EMBEDDED_DEFAULT in (subject, judge):
-                console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
-            result = run_benchmark(spec, config, settings, data=kw["data"])
         spec.print_summary(result.summary, result.run_dir.path)
-        exit_for_run(result.outcome.status, result.outcome.records, kw["max_error_rate"])
+        exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
     return run
 
@@ -317,22 +313,25 @@ def rescore(
     judge roles and its re-scoring options (as `personalign run <benchmark> --help` names them, e.g.
     --matcher-format); a flag the benchmark does not take is refused.
     """
-    from personalign.runs.lifecycle import RunSettings, rescore_benchmark
+    from personalign.api import rescore as rescore_api
 
     with cli_errors():
         spec = registry.get(_manifest_benchmark(run))
         extras = _rescore_extras(spec, run, ctx.args)
         roles = {r.name for r in spec.roles}
-        models = {"judge": judge, **{k: v for k, v in extras.items() if k in roles}}
+        models = {k: v for k, v in extras.items() if k in roles and v is not None}
         options = {k: v for k, v in extras.items() if k not in roles}
-        settings = RunSettings(
+        result = rescore_api(
+            run,
+            judge=judge,
+            models=models,
             run_dir=run_dir,
             concurrency=concurrency,
-            cache_path=cache,
+            cache=cache,
             progress=progress,
             protocol_dir=protocol_dir,
+            **options,
         )
-        result = rescore_benchmark(spec, run, settings, models=models, options=options)
     spec.print_summary(result.summary, result.run_dir.path)
     exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
