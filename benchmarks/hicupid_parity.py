@@ -50,7 +50,6 @@ from personalign.benchmarks.hicupid.steps import (  # noqa: E402
     PAPER_DEFAULTS,
     HiCupidBenchmark,
     HiCupidConfig,
-    HiCupidModels,
 )
 from personalign.errors import ParseError  # noqa: E402
 from personalign.llm.model import Model  # noqa: E402
@@ -134,7 +133,7 @@ def benchmark(
         "paper", subject="none/none", judge="none/none", context=context, instruction_role=role, shots=shots
     )
     no_model = cast(Model, None)  # preview() makes no call
-    return HiCupidBenchmark(config, HiCupidModels(no_model, no_model), dataset, 42, paper=texts)
+    return HiCupidBenchmark(config, {"subject": no_model, "judge": no_model}, dataset, 42, paper=texts)
 
 
 def compare_subject(

@@ -11,7 +11,7 @@ Thin functions over the registry (`personalign.registry`) and the one run lifecy
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ def run(
     prices: str | Path | None = None,
     protocol_dir: str | Path | None = None,
     progress: bool = False,
+    announce: Callable[[str], None] | None = None,
     **options: Any,
 ) -> RunResult:
     """Run (or resume, or return the finished) `benchmark` as `personalign run <benchmark>` does.
@@ -86,7 +87,9 @@ def run(
     `model` other than it needs a `judge`); `models` gives any further role (e.g. ``{"matcher":
     ...}``), else it defaults as the benchmark declares. `options` are the benchmark's own options
     by their Python names (e.g. ``task="both"``, ``instance_types=["consistent"]``). The protocol
-    defaults to `paper` on official hub data and `personalign` otherwise.
+    defaults to `paper` on official hub data and `personalign` otherwise (or as the benchmark's
+    optional `default_protocol` hook says). `announce` is given the run's one-line description
+    (`spec.describe`) before it starts: the CLI prints it.
     """
     spec = registry.get(benchmark)
     subject, judge_spec = subject_and_judge(model, judge)
@@ -98,6 +101,8 @@ def run(
         raise ConfigError(f"{benchmark} has no model role {names} (its roles: {', '.join(roles)})")
     specs = role_specs(spec, {**extra_roles, "subject": subject, "judge": judge_spec})
     config_options, selection = _split_options(spec, options)
+    default_protocol = getattr(spec, "default_protocol", None)
+    protocol = protocol or (default_protocol(str(data)) if default_protocol else None)
     chosen = resolve_protocol(protocol, official_data=str(data).split(":", 1)[0] == "hf")
     config = spec.make_config(specs, config_options, chosen)
     settings = RunSettings(
@@ -114,6 +119,8 @@ def run(
         progress=progress,
         protocol_dir=Path(protocol_dir) if protocol_dir is not None else None,
     )
+    if announce is not None:
+        announce(spec.describe(config))
     return run_benchmark(spec, config, settings, data=data)
 
 

@@ -1,15 +1,28 @@
-"""The `personalign` command."""
+"""The `personalign` command, driven by the benchmark registry.
+
+`personalign run <benchmark>` exists for every registered benchmark: its options are built from the
+benchmark's spec (roles, Options) plus the shared run options, and the spec is imported only when its
+command runs or its help is shown (`personalign --help` and `personalign run --help` import no
+benchmark). `rescore`, `report`, `validate` and `agree` read the benchmark from the run's manifest
+(or `--benchmark`) and ask its spec: no command names a benchmark. A benchmark's extra commands
+(`run hicupid-retrieval`, `benchpres build`) come from its spec's optional `cli` attribute.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
+from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
+from typer import _click as click
+from typer.core import TyperGroup
 
-from personalign import cli_benchpres, cli_hicupid
+from personalign import registry
 from personalign.cli_common import (
     EXIT_INTERRUPTED,
     CacheOpt,
@@ -19,153 +32,275 @@ from personalign.cli_common import (
     PricesOpt,
     ProgressOpt,
     ProtocolDirOpt,
-    ProtocolOpt,
+    cli_errors,
     console,
     exit_for_run,
 )
-from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
 from personalign.cli_synth import register as register_synth
 from personalign.cli_view import register as register_view
-from personalign.errors import ConfigError, PersonalignError
-from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
-from personalign.protocols.upstream import resolve_protocol
+from personalign.errors import ConfigError
 from personalign.redact import safe
 
-# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
-# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
-# checked by lint-imports; docs/architecture.md).
+if TYPE_CHECKING:  # typing only: runs.spec loads the model layer, which --help never needs
+    from personalign.runs.spec import BenchmarkSpec, Option, Role
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure how LLM assistants personalize.")
-run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
+    AnySpec = BenchmarkSpec[Any, Any, Any]
+
+# Command bodies import the run machinery and the benchmark when they run: CLI start-up speed is the
+# only reason, never an import cycle (the layers are checked by lint-imports; docs/architecture.md).
+
+
+@cache
+def _extensions() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The extra commands of every registered benchmark (its spec's optional `cli` attribute,
+    ``"module:register"``), as (top-level commands, `run` subcommands). Loaded only when a command
+    name is not one of personalign's own, so start-up imports no benchmark."""
+    ext_app, ext_run = typer.Typer(), typer.Typer()
+    for name in registry.names():
+        target = getattr(registry.get(name), "cli", None)
+        if target:
+            registry.load_target(target)(ext_app, ext_run)
+
+    def commands(app: typer.Typer) -> dict[str, Any]:
+        if not app.registered_commands and not app.registered_groups:
+            return {}
+        return dict(typer.main.get_group(app).commands)
+
+    return commands(ext_app), commands(ext_run)
+
+
+class RootGroup(TyperGroup):
+    """The top-level group: personalign's own commands, then benchmarks' extra commands (lazily)."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return super().get_command(ctx, cmd_name) or _extensions()[0].get(cmd_name)
+
+
+class RunGroup(TyperGroup):
+    """`personalign run`: one command per registered benchmark, built from its spec when it runs or
+    its own help is shown; the listing in `personalign run --help` imports no benchmark."""
+
+    listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*registry.names(), *super().list_commands(ctx)]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in registry.names():
+            return _listed(cmd_name) if self.listing else benchmark_command(registry.get(cmd_name))
+        return super().get_command(ctx, cmd_name) or _extensions()[1].get(cmd_name)
+
+
+app = typer.Typer(
+    cls=RootGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Measure how LLM assistants personalize.",
+    epilog="A benchmark's own commands are listed by `personalign run <benchmark> --help`.",
+)
+run_app = typer.Typer(cls=RunGroup, no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
 
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="Subject model spec (default: local/smollm2).")
-]
-JudgeOpt = Annotated[
-    str | None,
-    typer.Option("--judge", "-j", help="Judge model spec for every judge role (required with --model)."),
-]
+
+# --- `personalign run <benchmark>`, built from the spec ------------------------------------------
 
 
-@run_app.command("cupid")
-def run_cupid_cmd(
-    model: ModelOpt = None,
-    judge: JudgeOpt = None,
-    decomposer: Annotated[str | None, typer.Option(help="Decomposer spec (default: --judge).")] = None,
-    matcher: Annotated[str | None, typer.Option(help="Matcher spec (default: --judge).")] = None,
-    matcher_format: Annotated[
-        str, typer.Option(help="'default' (GPT-style prompt) or 'prefmatcher' (PrefMatcher-7B format).")
-    ] = "default",
-    data: Annotated[
-        str, typer.Option(help="'fixture', 'hf[:repo[:split]]', or a .parquet/.json/.jsonl file or dir.")
-    ] = "fixture",
-    task: Annotated[
-        str, typer.Option(help="inference (the paper's default) | generation | both")
-    ] = "inference",
-    context: Annotated[
-        str, typer.Option(help="full | oracle | oracle-factor | summaries | gold-preference | memory")
-    ] = "full",
-    instance_type: Annotated[
-        list[str] | None,
-        typer.Option("--instance-type", help="consistent | contrastive | changing (repeatable)"),
-    ] = None,
-    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N selected instances.")] = None,
-    concurrency: Annotated[int, typer.Option(help="Instances evaluated at once.")] = 8,
-    seed: Annotated[int, typer.Option(help="Seed for bootstrap CIs and any sampling.")] = 0,
-    run_dir: Annotated[
-        Path | None, typer.Option(help="Run directory (default: runs/cupid/<derived name>).")
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            help="Max tokens of the subject's answers "
-            "(default: 8192 under --protocol paper; else 256 for local/smollm2, 1024 otherwise)."
+def _command(
+    name: str, function: Callable[..., None], params: list[inspect.Parameter], help_text: str
+) -> Any:
+    """A click command (typer's) from a function and a signature built at run time."""
+    function.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    function.__annotations__ = {}
+    holder = typer.Typer()
+    holder.command(name, help=help_text)(function)
+    return typer.main.get_group(holder).commands[name]
+
+
+def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _listed(name: str) -> Any:
+    """The entry of `personalign run --help`: only the name (the spec stays unloaded)."""
+
+    def placeholder() -> None:  # pragma: no cover - never invoked: get_command builds the real one
+        return None
+
+    return _command(name, placeholder, [], f"Run the {name} benchmark (personalign run {name} --help).")
+
+
+_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "path": Path, "bool": bool}
+
+
+def option_param(option: Option, *, rescore: bool = False) -> inspect.Parameter:
+    """A spec Option as a typer option; on `rescore` every value defaults to None (not given)."""
+    if option.type == "bool":
+        on, off = option.boolean_flags or (option.cli_flag, "")
+        default = None if rescore else bool(option.default)
+        flag = f"{on}/{off}" if off else on
+        return _param(option.name, Annotated[bool | None, typer.Option(flag, help=option.help)], default)
+    # choices are checked at parse time on `run`; on `rescore` the config names the bad value itself
+    choose = option.choices and not option.repeatable and not rescore
+    kind: Any = Literal[option.choices] if choose else _TYPES[option.type]
+    info = typer.Option(option.cli_flag, help=option.help)
+    if option.repeatable:
+        return _param(option.name, Annotated[list[kind] | None, info], None)
+    default = None if rescore else option.default
+    return _param(option.name, Annotated[kind | None, info], default)
+
+
+def role_flags(role: str) -> list[str]:
+    """--model/-m for the subject, --judge/-j for the judge, --<role> for any other role."""
+    return {"subject": ["--model", "-m"], "judge": ["--judge", "-j"]}.get(
+        role, ["--" + role.replace("_", "-")]
+    )
+
+
+def role_param(role: Role) -> inspect.Parameter:
+    help_text = role.help
+    if role.name == "subject":
+        help_text = "Subject model spec (default: local/smollm2)."
+    elif role.name == "judge":
+        help_text = f"{help_text} Required with --model."
+    name = "model" if role.name == "subject" else role.name
+    return _param(name, Annotated[str | None, typer.Option(*role_flags(role.name), help=help_text)], None)
+
+
+def _shared_params(spec: AnySpec) -> list[inspect.Parameter]:
+    """The options every benchmark's run takes (how to run, never what)."""
+    noun = spec.item_noun
+
+    def option(name: str, kind: Any, default: Any, *decls: str, **info: Any) -> inspect.Parameter:
+        return _param(name, Annotated[kind, typer.Option(*decls, **info)], default)
+
+    return [
+        option("data", str, "fixture", help="'fixture', 'hf[:repo[:split]]', or a local file or directory."),
+        option("limit", int | None, None, help=f"Evaluate only the first N selected {noun}."),
+        option("concurrency", int, 8, help=f"How many {noun} are evaluated at once."),
+        option("seed", int, spec.default_seed, help="Seed for bootstrap CIs and any sampling."),
+        option(
+            "run_dir", Path | None, None, help=f"Run directory (default: runs/{spec.name}/<derived name>)."
         ),
-    ] = None,
-    protocol: ProtocolOpt = None,
-    protocol_dir: ProtocolDirOpt = None,
-    system_role: Annotated[
-        str,
-        typer.Option(
-            help="Role of the judges' system message under --protocol paper: 'system', or 'developer' "
-            "as the official code sends to OpenAI models."
+        option(
+            "protocol",
+            str | None,
+            None,
+            help=getattr(spec, "protocol_help", None)
+            or "paper (the official prompts, pinned by sha256) | personalign (ours). "
+            "Default: paper with --data hf, else personalign.",
         ),
-    ] = "system",
-    max_cost: MaxCostOpt = None,
-    prices: PricesOpt = None,
-    cache: CacheOpt = None,
-    no_cache: NoCacheOpt = False,
-    progress: ProgressOpt = True,
-    max_error_rate: MaxErrorRateOpt = 1.0,
-) -> None:
-    """Run CUPID (inference and/or generation) and write a run directory."""
-    from personalign.benchmarks.cupid.report import print_run_summary
-    from personalign.benchmarks.cupid.run import RunSettings, run_cupid
-    from personalign.benchmarks.cupid.steps import CupidConfig, default_subject_max_tokens
-    from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
+        _param("protocol_dir", ProtocolDirOpt, None),
+        _param("max_cost", MaxCostOpt, None),
+        _param("prices", PricesOpt, None),
+        _param("cache", CacheOpt, None),
+        _param("no_cache", NoCacheOpt, False),
+        _param("progress", ProgressOpt, True),
+        _param("max_error_rate", MaxErrorRateOpt, 1.0),
+    ]
 
+
+def benchmark_command(spec: AnySpec) -> Any:
+    """`personalign run <spec.name>`: its roles, its Options, then the shared options."""
+    params = [
+        *(role_param(r) for r in spec.roles),
+        *(option_param(o) for o in spec.options),
+        *_shared_params(spec),
+    ]
+    return _command(spec.name, _run_callback(spec), params, f"{spec.title}.{_extension_note(spec)}")
+
+
+def _extension_note(spec: AnySpec) -> str:
+    """Names the benchmark's extra commands in its run help (they are not listed at start-up)."""
+    target = getattr(spec, "cli", None)
+    if not target:
+        return ""
+    top, runs = typer.Typer(), typer.Typer()
+    registry.load_target(target)(top, runs)
+    names = [f"run {c.name}" for c in runs.registered_commands]
+    names += [str(g.name) for g in top.registered_groups] + [str(c.name) for c in top.registered_commands]
+    return f"\n\nIts own commands: {', '.join('personalign ' + n for n in names)}." if names else ""
+
+
+def _run_callback(spec: AnySpec) -> Callable[..., None]:
+    """`personalign run <name>`: the public `personalign.api.run` with the parsed options, the run's
+    description printed first, its summary and exit code after."""
+
+    def run(**kw: Any) -> None:
+        from personalign.api import run as run_api
+        from personalign.llm.spec import EMBEDDED_DEFAULT
+        from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
+
+        model, judge = kw.pop("model"), kw.pop("judge")
+        roles = {r.name: kw.pop(r.name) for r in spec.roles if r.name not in ("subject", "judge")}
+        options = {o.name: kw.pop(o.name) for o in spec.options}
+        max_error_rate, no_cache = kw.pop("max_error_rate"), kw.pop("no_cache")
+
+        def announce(text: str) -> None:
+            console.print(safe(text))
+            if EMBEDDED_DEFAULT in (model or EMBEDDED_DEFAULT, judge or EMBEDDED_DEFAULT):
+                console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
+
+        with cli_errors():
+            result = run_api(
+                spec.name,
+                model=model,
+                judge=judge,
+                models={k: v for k, v in roles.items() if v is not None},
+                use_cache=not no_cache,
+                max_cost_usd=kw.pop("max_cost"),
+                announce=announce,
+                **kw,
+                **options,
+            )
+        spec.print_summary(result.summary, result.run_dir.path)
+        exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
+
+    return run
+
+
+# --- commands for every benchmark --------------------------------------------------------------
+
+
+def _manifest_benchmark(run: Path) -> str:
+    from personalign.runs.store import RunDir
+
+    return str(RunDir(run).read_manifest().get("benchmark", "cupid"))  # runs before the field: CUPID
+
+
+def _rescore_extras(spec: AnySpec, run: Path, args: Sequence[str]) -> dict[str, Any]:
+    """The benchmark's own rescore flags (its rescorable roles and rescore Options) from `args`;
+    a flag it does not take is refused, naming the run and the benchmark."""
+    params = [role_param(r) for r in spec.roles if r.rescorable and r.name not in ("subject", "judge")]
+    params += [option_param(o, rescore=True) for o in spec.options if o.rescore]
+    parsed: dict[str, Any] = {}
+
+    def keep(**kw: Any) -> None:
+        parsed.update(kw)
+
+    command = _command("rescore", keep, params, "")
     try:
-        subject, judge_spec = subject_and_judge(model, judge)
-        chosen = resolve_protocol(protocol, official_data=data.split(":", 1)[0] == "hf")
-        config = CupidConfig(
-            subject=subject,
-            decomposer=decomposer or judge_spec,
-            matcher=matcher or judge_spec,
-            judge=judge_spec,
-            task=task,  # type: ignore[arg-type]
-            context=context,
-            matcher_format=matcher_format,  # type: ignore[arg-type]
-            subject_max_tokens=(
-                max_tokens if max_tokens is not None else default_subject_max_tokens(subject, chosen)
-            ),
-            protocol=chosen,
-            system_role=system_role,  # type: ignore[arg-type]
-        )
-        settings = RunSettings(
-            run_dir=run_dir,
-            concurrency=concurrency,
-            limit=limit,
-            selection={"instance_types": tuple(instance_type or ())},
-            seed=seed,
-            cache_path=cache,
-            use_cache=not no_cache,
-            max_cost_usd=max_cost,
-            prices=prices,
-            progress=progress,
-            protocol_dir=protocol_dir,
-        )
-        console.print(
-            f"cupid: subject [bold]{safe(config.subject)}[/], decomposer {safe(config.decomposer)}, "
-            f"matcher {safe(config.matcher)} ({safe(config.matcher_format)}), judge {safe(config.judge)}; "
-            f"task {safe(config.task)}, context {safe(config.context)}, protocol [bold]{config.protocol}[/]"
-        )
-        if EMBEDDED_DEFAULT in (config.subject, config.judge):
-            console.print(f"[yellow]{SMALL_MODEL_NOTICE}[/]")
-        result = run_cupid(config, settings, data=data)
-    except PersonalignError as exc:
-        _fail(exc)
-        return
-    print_run_summary(result.summary, result.run_dir.path)
-    exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
+        command.main(list(args), prog_name="rescore", standalone_mode=False)
+    except click.exceptions.NoSuchOption as exc:
+        raise ConfigError(f"{run} is a {spec.name} run: {exc.option_name} does not apply to it") from None
+    except click.exceptions.UsageError as exc:
+        raise ConfigError(f"{run} is a {spec.name} run: {exc.format_message()}") from None
+    return parsed
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def rescore(
-    run: Annotated[Path, typer.Argument(help="A finished run directory (CUPID, HiCUPID or BenchPreS).")],
-    judge: JudgeOpt = None,
-    decomposer: Annotated[str | None, typer.Option(help="CUPID: new decomposer spec.")] = None,
-    matcher: Annotated[str | None, typer.Option(help="CUPID: new matcher spec.")] = None,
-    matcher_format: Annotated[str | None, typer.Option(help="CUPID: default | prefmatcher.")] = None,
-    judge_format: Annotated[str | None, typer.Option(help="HiCUPID: json | text.")] = None,
-    both_orders: Annotated[
-        bool | None, typer.Option("--both-orders/--one-order", help="HiCUPID: judge A/B in both orders.")
-    ] = None,
-    completeness_judge: Annotated[
-        str | None, typer.Option(help="BenchPreS: new completeness judge spec (default: --judge).")
-    ] = None,
+    ctx: typer.Context,
+    run: Annotated[Path, typer.Argument(help="A finished run directory (of any benchmark).")],
+    judge: Annotated[str | None, typer.Option("--judge", "-j", help="The new judge model spec.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Where to write the re-scored run.")] = None,
     concurrency: Annotated[int, typer.Option()] = 8,
     cache: CacheOpt = None,
@@ -175,120 +310,71 @@ def rescore(
 ) -> None:
     """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
 
-    The benchmark is read from the run's manifest; options of other benchmarks are refused.
+    The benchmark is read from the run's manifest; the command also takes that benchmark's other
+    judge roles and its re-scoring options (as `personalign run <benchmark> --help` names them, e.g.
+    --matcher-format); a flag the benchmark does not take is refused.
     """
-    from personalign.runs.store import RunDir
+    from personalign.api import rescore as rescore_api
 
-    try:
-        benchmark = str(RunDir(run).read_manifest().get("benchmark", "cupid"))
-        own = {
-            "cupid": {"decomposer", "matcher", "matcher_format", "protocol_dir"},
-            "hicupid": {"judge_format", "both_orders", "protocol_dir"},
-            "benchpres": {"completeness_judge"},
-        }
-        given = {
-            name
-            for name, value in {
-                "decomposer": decomposer,
-                "matcher": matcher,
-                "matcher_format": matcher_format,
-                "judge_format": judge_format,
-                "both_orders": both_orders,
-                "completeness_judge": completeness_judge,
-                "protocol_dir": protocol_dir,
-            }.items()
-            if value is not None
-        }
-        foreign = sorted(given - own.get(benchmark, set()))
-        if foreign:
-            flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
-            raise ConfigError(f"{run} is a {benchmark} run: {flags} does not apply to it")
-    except PersonalignError as exc:
-        _fail(exc)
-        return
-    if benchmark == "hicupid":
-        if judge is None:
-            _fail(ConfigError("re-scoring a HiCUPID run needs --judge"))
-        cli_hicupid.rescore_cmd(
+    with cli_errors():
+        spec = registry.get(_manifest_benchmark(run))
+        extras = _rescore_extras(spec, run, ctx.args)
+        roles = {r.name for r in spec.roles}
+        models = {k: v for k, v in extras.items() if k in roles and v is not None}
+        options = {k: v for k, v in extras.items() if k not in roles}
+        result = rescore_api(
             run,
-            str(judge),
-            judge_format,
-            both_orders,
-            run_dir,
-            concurrency,
-            cache,
-            progress,
-            max_error_rate,
-            protocol_dir,
-        )
-        return
-    if benchmark == "benchpres":
-        cli_benchpres.rescore_cmd(
-            run, judge, completeness_judge, run_dir, concurrency, cache, progress, max_error_rate
-        )
-        return
-
-    from personalign.benchmarks.cupid.report import print_run_summary
-    from personalign.benchmarks.cupid.run import RunSettings, rescore_cupid
-
-    try:
-        result = rescore_cupid(
-            run,
-            RunSettings(
-                run_dir=run_dir,
-                concurrency=concurrency,
-                cache_path=cache,
-                progress=progress,
-                protocol_dir=protocol_dir,
-            ),
             judge=judge,
-            decomposer=decomposer,
-            matcher=matcher,
-            matcher_format=matcher_format,
+            models=models,
+            run_dir=run_dir,
+            concurrency=concurrency,
+            cache=cache,
+            progress=progress,
+            protocol_dir=protocol_dir,
+            **options,
         )
-    except PersonalignError as exc:
-        _fail(exc)
-        return
-    print_run_summary(result.summary, result.run_dir.path)
+    spec.print_summary(result.summary, result.run_dir.path)
     exit_for_run(result.outcome.status, result.outcome.records, max_error_rate)
 
 
 @app.command()
 def report(
-    runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
+    runs: Annotated[list[Path], typer.Argument(help="One or more run directories (any benchmarks).")],
     out: Annotated[
-        Path, typer.Option(help="Directory for report.md/.csv/.json (CUPID, HiCUPID) and benchpres.* files.")
+        Path, typer.Option(help="Directory for report.md/.csv/.json and any benchmark's own report files.")
     ] = Path("report"),
     html: Annotated[
         Path | None, typer.Option(help="Also write one self-contained HTML page (tables, plots, manifests).")
     ] = None,
 ) -> None:
-    """Print and write the paper-style tables for one or more runs (CUPID, HiCUPID, BenchPreS)."""
-    from personalign.benchmarks.benchpres import report as benchpres_report
-    from personalign.benchmarks.cupid.report import build_report, write_report
-    from personalign.benchmarks.hicupid import report as hicupid_report
+    """Print and write the paper-style tables for one or more runs, grouped by benchmark.
 
-    try:
-        kinds = {path: benchpres_report.benchmark_of(path) for path in runs}
-        benchpres_runs = [p for p, kind in kinds.items() if kind == "benchpres"]
-        hicupid_runs = [p for p, kind in kinds.items() if kind == "hicupid"]
-        cupid_runs = [p for p, kind in kinds.items() if kind not in ("benchpres", "hicupid")]
-        tables = build_report(cupid_runs) if cupid_runs else {}
-        if hicupid_runs:
-            tables.update(hicupid_report.build_report(hicupid_runs))
-        if tables:
-            typer.echo(write_report(tables, out))
+    Benchmarks with `report_tables` share report.md/.csv/.json; the others write their own files."""
+    from personalign.report.tables import Table, write_tables
+
+    with cli_errors():
+        groups: dict[str, list[Path]] = {}
+        for path in runs:
+            groups.setdefault(_manifest_benchmark(path), []).append(path)
+        shared: dict[str, Table] = {}
+        own: list[tuple[AnySpec, list[Path]]] = []
+        for name, paths in groups.items():
+            spec = registry.get(name)
+            tables = getattr(spec, "report_tables", None)
+            if tables is not None:
+                shared.update(tables(paths))
+            else:
+                own.append((spec, paths))
+        if shared:
+            typer.echo(write_tables(out, "report", shared))
             console.print(f"written to {safe(out)}/report.md, report.csv, report.json")
-        if benchpres_runs:
-            typer.echo(benchpres_report.write_report(benchpres_report.build_report(benchpres_runs), out))
-            console.print(f"written to {safe(out)}/benchpres.md, .csv, .json and benchpres_scatter.png/.svg")
+        for spec, paths in own:
+            typer.echo(spec.write_report(paths, out))
+            console.print(f"{spec.name} report written to {safe(out)}")
         if html is not None:
             from personalign.view.report_html import write_html_report
 
             console.print(f"HTML report written to {safe(write_html_report(runs, html))}")
-    except PersonalignError as exc:
-        _fail(exc)
-        return
 
 
 @app.command()
@@ -298,33 +384,34 @@ def validate(
         typer.Argument(help="A data file or directory in the benchmark's official schema, or 'fixture'."),
     ],
     benchmark: Annotated[
-        str, typer.Option("--benchmark", "-b", help="cupid | hicupid | benchpres")
+        str, typer.Option("--benchmark", "-b", help="A registered benchmark (personalign run --help).")
     ] = "cupid",
 ) -> None:
     """Check data against a benchmark's official schema and print what it holds."""
-    if benchmark == "hicupid":
-        cli_hicupid.validate_cmd(path)
-        return
-    if benchmark == "benchpres":
-        cli_benchpres.validate_cmd(path)
-        return
-    if benchmark != "cupid":
-        _fail(PersonalignError(f"unknown benchmark {benchmark!r} (cupid | hicupid | benchpres)"))
-    from personalign.benchmarks.cupid.data import load_cupid
-
-    try:
-        dataset = load_cupid(path)
-    except PersonalignError as exc:
-        _fail(exc)
-        return
-    counts: dict[str, int] = {}
-    for instance in dataset.instances:
-        counts[instance.instance_type] = counts.get(instance.instance_type, 0) + 1
-    typer.echo(json.dumps({"source": dataset.source, "instances": len(dataset.instances), "by_type": counts}))
+    with cli_errors():
+        counts = registry.get(benchmark).validate(path)
+    typer.echo(json.dumps(counts))
 
 
-cli_benchpres.register(app, run_app)
-cli_hicupid.register(app, run_app)
+@app.command()
+def agree(
+    run_a: Annotated[Path, typer.Argument(help="A run directory.")],
+    run_b: Annotated[
+        Path, typer.Argument(help="Another run of the same benchmark, judged by another model.")
+    ],
+    out: Annotated[Path | None, typer.Option(help="Also write the result as JSON here.")] = None,
+) -> None:
+    """Cohen's kappa and raw agreement between two runs' judges on the same generations."""
+    from personalign.runs.agree import agreement
+
+    with cli_errors():
+        result = agreement(run_a, run_b)
+    text = json.dumps(result, indent=2)
+    if out:
+        out.write_text(text + "\n", encoding="utf-8")
+    typer.echo(text)
+
+
 register_memory(app, run_app)
 register_protocol(app)
 register_synth(app, run_app)

@@ -8,14 +8,15 @@ error (the message names the file, row and field); 3 stopped at the `--max-cost`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from personalign.errors import BudgetExceeded
+from personalign.errors import BudgetExceeded, PersonalignError
 from personalign.redact import safe
 
 # soft_wrap: messages are never broken inside a path or spec (they stay copyable); tables still fit.
@@ -52,6 +53,16 @@ def fail(exc: Exception) -> NoReturn:
     (3 when it is the `--max-cost` budget)."""
     console.print(f"[bold red]error:[/] {safe(exc)}")
     raise typer.Exit(EXIT_BUDGET if isinstance(exc, BudgetExceeded) else EXIT_USAGE)
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """The one error boundary of every command: a `PersonalignError` in the block is printed and
+    exits 2 (3 at the budget) through `fail`; anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except PersonalignError as exc:
+        fail(exc)
 
 
 def exit_code(status: str, n_errors: int = 0, n_instances: int = 0, max_error_rate: float = 1.0) -> int:

@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import console
-from personalign.cli_common import fail as _fail
+from personalign.cli_common import cli_errors, console
 from personalign.errors import PersonalignError
 from personalign.redact import safe
 
@@ -65,7 +64,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         )
 
         records: list[dict[str, object]] = []
-        try:
+        with cli_errors():
             if k is not None and k <= 0:
                 raise PersonalignError("--k must be positive")
             if data_format == "hicupid":
@@ -100,8 +99,6 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 records = score_records(scores)
             else:
                 raise PersonalignError(f"unknown --format {data_format!r} (cupid or hicupid)")
-        except PersonalignError as exc:
-            _fail(exc)
         summary = {"data": {"source": source, "sha256": sha256}, **summary}
         typer.echo(table)
         if out is not None:

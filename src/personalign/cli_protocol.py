@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import ProtocolDirOpt, ProtocolOpt, console, fail
-from personalign.errors import ConfigError, PersonalignError
+from personalign.cli_common import ProtocolDirOpt, ProtocolOpt, cli_errors, console
+from personalign.errors import ConfigError
 from personalign.protocols.upstream import (
     Protocol,
     UpstreamSource,
@@ -55,11 +55,9 @@ NameArg = Annotated[str, typer.Argument(help="Benchmark: cupid | hicupid.")]
 @protocol_app.command("fetch")
 def fetch_cmd(name: NameArg) -> None:
     """Download each pinned official file into the cache, checking its sha256 (needs GitHub access)."""
-    try:
+    with cli_errors():
         source = upstream_source(name)
         target, downloaded = fetch_source(source)
-    except PersonalignError as exc:
-        fail(exc)
     kept = len(source.files) - len(downloaded)
     console.print(
         f"{name}: {len(downloaded)} file(s) downloaded, {kept} already cached, all verified; "
@@ -70,12 +68,10 @@ def fetch_cmd(name: NameArg) -> None:
 @protocol_app.command("verify")
 def verify_cmd(name: NameArg, protocol_dir: ProtocolDirOpt = None) -> None:
     """Check every pinned file of a protocol (cache, $PERSONALIGN_PROTOCOL_DIR_<NAME> or --protocol-dir)."""
-    try:
+    with cli_errors():
         source = upstream_source(name)
         files = open_upstream(source, protocol_dir)
         hashes = verify_all(files)
-    except PersonalignError as exc:
-        fail(exc)
     for path, digest in hashes.items():
         typer.echo(f"{digest}  {path}")
     console.print(
@@ -138,10 +134,10 @@ def show_cmd(
     official code: cupid as role headers and text per step, hicupid as JSON. The protocol
     defaults as for `run` (paper with --data hf, else personalign)."""
 
-    try:
+    with cli_errors():
         chosen = resolve_protocol(protocol, official_data=data.split(":", 1)[0] == "hf")
         if name == "hicupid":
-            from personalign.cli_hicupid import show_hicupid
+            from personalign.benchmarks.hicupid.cli import show_hicupid
 
             typer.echo(
                 show_hicupid(
@@ -172,8 +168,6 @@ def show_cmd(
             response=response,
             max_tokens=max_tokens,
         )
-    except PersonalignError as exc:
-        fail(exc)
 
 
 def _show_cupid(

@@ -16,12 +16,10 @@ from personalign.cli_common import (
     NoCacheOpt,
     PricesOpt,
     ProgressOpt,
+    cli_errors,
     console,
     exit_code,
 )
-from personalign.cli_common import fail as _fail
-from personalign.errors import PersonalignError
-from personalign.llm.spec import EMBEDDED_DEFAULT
 from personalign.redact import safe
 
 # Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
@@ -29,8 +27,18 @@ from personalign.redact import safe
 # checked by lint-imports; docs/architecture.md).
 
 GeneratorOpt = Annotated[
-    str, typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2).")
+    str | None,
+    typer.Option("--generator", "-g", help="Model spec that writes the data (default: local/smollm2)."),
 ]
+
+
+def embedded_default() -> str:
+    """The bundled model's spec (imported when a command runs: the model layer is slow to load)."""
+    from personalign.llm.spec import EMBEDDED_DEFAULT
+
+    return EMBEDDED_DEFAULT
+
+
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory (re-run to resume).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed for every sampled choice and for sampling.")]
 ConcurrencyOpt = Annotated[int, typer.Option(help="Units (personas, users, profiles) generated at once.")]
@@ -112,7 +120,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
     @synth_app.command("cupid")
     def synth_cupid(
         out: OutOpt = Path("synth/cupid"),
-        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        generator: GeneratorOpt = None,
         user_simulator: Annotated[
             str | None, typer.Option(help="User simulator spec (default: --generator).")
         ] = None,
@@ -150,7 +158,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
         from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
 
-        try:
+        with cli_errors():
+            generator = generator or embedded_default()
             config = CupidSynthConfig(
                 generator=generator,
                 user_simulator=user_simulator or generator,
@@ -188,15 +197,12 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     resample_failed=resample_failed,
                 ),
             )
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         print_summary(result.summary, out, max_error_rate)
 
     @synth_app.command("hicupid")
     def synth_hicupid(
         out: OutOpt = Path("synth/hicupid"),
-        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        generator: GeneratorOpt = None,
         users: Annotated[int, typer.Option(help="Number of users.")] = 2,
         personas: Annotated[
             int, typer.Option(help="Persona items per user (one per dimension, <= 25).")
@@ -221,7 +227,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         """HiCUPID-style users, dialogues and QA (dialogue.jsonl, qa.jsonl in the official schema)."""
         from personalign.benchmarks.hicupid.synth import HicupidSynthConfig, synthesize_hicupid
 
-        try:
+        with cli_errors():
+            generator = generator or embedded_default()
             config = HicupidSynthConfig(
                 generator=generator,
                 n_users=users,
@@ -251,15 +258,12 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     resample_failed=resample_failed,
                 ),
             )
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         print_summary(result.summary, out, max_error_rate)
 
     @synth_app.command("benchpres")
     def synth_benchpres(
         out: OutOpt = Path("synth/benchpres"),
-        generator: GeneratorOpt = EMBEDDED_DEFAULT,
+        generator: GeneratorOpt = None,
         labeler: Annotated[
             str | None, typer.Option(help="Model that proposes apply/suppress labels (default: --generator).")
         ] = None,
@@ -290,7 +294,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             synthesize_benchpres,
         )
 
-        try:
+        with cli_errors():
+            generator = generator or embedded_default()
             counts = dict(DOMAIN_COUNTS)
             if contexts_per_domain is not None:
                 counts = {d: contexts_per_domain for d in counts}
@@ -324,9 +329,6 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     resample_failed=resample_failed,
                 ),
             )
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         print_summary(result.summary, out, max_error_rate)
         console.print(
             "[yellow]labels are model proposals (unverified)[/]: fill final_label in labels.csv, then run "
@@ -346,11 +348,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         """Read the reviewed labels CSV and write benchpres.jsonl with the final labels."""
         from personalign.benchmarks.benchpres.synth import import_labels
 
-        try:
+        with cli_errors():
             report = import_labels(out, labels, partial=partial)
-        except PersonalignError as exc:
-            _fail(exc)
-            return
         console.print(
             f"benchpres.jsonl: {report['rows']} rows ({report['apply']} apply, {report['suppress']} suppress)"
             + (f"; {len(report['skipped'])} contexts skipped (unlabelled)" if report["skipped"] else "")

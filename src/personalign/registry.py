@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 from functools import cache
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from personalign.errors import ConfigError
@@ -26,6 +25,8 @@ ENTRY_POINT_GROUP = "personalign.benchmarks"
 
 BUILTIN: dict[str, str] = {
     "cupid": "personalign.benchmarks.cupid.spec:SPEC",
+    "hicupid": "personalign.benchmarks.hicupid.spec:SPEC",
+    "benchpres": "personalign.benchmarks.benchpres.spec:SPEC",
 }
 
 # Registered at run time (tests, notebooks): name -> "module:attribute" or the spec object itself.
@@ -44,6 +45,8 @@ def unregister(name: str) -> None:
 
 
 def _entry_points() -> dict[str, str]:
+    from importlib.metadata import entry_points  # ~40 ms: only when a listing needs the plug-ins
+
     return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
@@ -55,7 +58,8 @@ def names() -> list[str]:
     return list(found)
 
 
-def _load(target: Any) -> Any:
+def load_target(target: Any) -> Any:
+    """The object an import path "module:attribute" names (a non-string target is returned as is)."""
     if not isinstance(target, str):
         return target
     module, _, attribute = target.partition(":")
@@ -71,7 +75,7 @@ def get(name: str) -> BenchmarkSpec[Any, Any, Any]:
     target = _EXTRA.get(name) or BUILTIN.get(name) or _entry_points().get(name)
     if target is None:
         raise ConfigError(f"unknown benchmark {name!r} (registered: {', '.join(names())})")
-    spec = _load(target)
+    spec = load_target(target)
     if getattr(spec, "name", None) != name:
         found = getattr(spec, "name", None)
         raise ConfigError(f"benchmark {name!r} is registered as {target!r}, whose spec is named {found!r}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from personalign.benchmarks.hicupid.report import build_report
-from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.run import hicupid_settings, run_hicupid
 from personalign.benchmarks.hicupid.steps import HiCupidConfig
 from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
@@ -36,7 +36,7 @@ def test_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
         config = HiCupidConfig(
             subject=spec, judge=spec, context="bm25-utterance-5", subject_max_tokens=60, judge_max_tokens=200
         )
-        settings = HiCupidRunSettings(
+        settings = hicupid_settings(
             run_dir=tmp_path / "run",
             splits=("test_2",),
             types=("profile", "schedule"),
@@ -63,7 +63,12 @@ def test_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
         # history is the one dialogue the memory engine retrieves (`--context memory-1`).
         text_judge = run_hicupid(
             replace(config, judge_format="text", context="memory-1"),
-            replace(settings, run_dir=tmp_path / "text", types=("persona",), limit=1),
+            replace(
+                settings,
+                run_dir=tmp_path / "text",
+                selection={**settings.selection, "types": ("persona",)},
+                limit=1,
+            ),
         )
         for record in RunDir(tmp_path / "text").records().values():
             context = record.steps["context"].parsed

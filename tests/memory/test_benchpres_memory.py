@@ -127,8 +127,9 @@ def test_memory_run_records_decisions_scores_them_and_names_the_judge(tmp_path: 
 
 
 def test_memory_settings_change_the_run_identity(tmp_path: Path) -> None:
-    from personalign.benchmarks.benchpres.run import benchpres_identity
+    from personalign.benchmarks.benchpres.spec import SPEC
 
+    benchpres_identity = SPEC.identity
     full = benchpres_identity(replace(CONFIG, context="full"), "fixture", "x", 0)
     memory = benchpres_identity(CONFIG, "fixture", "x", 0)
     other = benchpres_identity(replace(CONFIG, memory_judge="scripted/other"), "fixture", "x", 0)

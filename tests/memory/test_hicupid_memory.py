@@ -22,7 +22,7 @@ from personalign.benchmarks.hicupid.context import (
 from personalign.benchmarks.hicupid.data import load_hicupid
 from personalign.benchmarks.hicupid.memory import MEMORY_K, MemoryContext, evaluate_hicupid, history_tokens
 from personalign.benchmarks.hicupid.report import build_report
-from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.run import RunSettings, hicupid_settings, run_hicupid
 from personalign.benchmarks.hicupid.schema import TEST_SPLITS
 from personalign.benchmarks.hicupid.steps import HiCupidConfig
 from personalign.cli import app
@@ -33,8 +33,8 @@ DATA = load_hicupid()
 CONFIG = HiCupidConfig(subject="scripted/s", judge="scripted/j", context="memory")
 
 
-def _settings(tmp_path: Path, name: str, **kw: object) -> HiCupidRunSettings:
-    return HiCupidRunSettings(
+def _settings(tmp_path: Path, name: str, **kw: object) -> RunSettings:
+    return hicupid_settings(
         run_dir=tmp_path / name,
         cache_path=tmp_path / "c.sqlite",
         progress=False,

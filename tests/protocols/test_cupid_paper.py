@@ -13,7 +13,7 @@ import pytest
 from personalign.benchmarks.cupid import protocol as cp
 from personalign.benchmarks.cupid.data import load_cupid
 from personalign.benchmarks.cupid.schema import CupidInstance
-from personalign.benchmarks.cupid.steps import CupidBenchmark, CupidConfig, CupidModels, CupidPrompts
+from personalign.benchmarks.cupid.steps import CupidBenchmark, CupidConfig, CupidPrompts
 from personalign.errors import ConfigError, ParseError
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.protocols import ProtocolError
@@ -231,7 +231,9 @@ def _benchmark(
         system_role="developer",
         subject_max_tokens=8192,
     )
-    return CupidBenchmark(config, CupidModels(model, model, model, model), paper), factory
+    return CupidBenchmark(
+        config, dict.fromkeys(("subject", "decomposer", "matcher", "judge"), model), paper
+    ), factory
 
 
 def test_paper_run_scores_official_replies(tmp_path: Path, paper: cp.CupidPaperPrompts) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from personalign.benchmarks.hicupid import protocol as hp
 from personalign.benchmarks.hicupid.data import load_hicupid
-from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.run import hicupid_settings, run_hicupid
 from personalign.benchmarks.hicupid.steps import HiCupidConfig
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
@@ -236,7 +236,7 @@ def _run(tmp_path: Path, checkout: Path, recorder: Recorder, **config: object): 
         cache=CallCache(tmp_path / "c.sqlite"), backends={"scripted/m": ScriptedBackend(recorder)}
     )
     cfg = HiCupidConfig.for_protocol("paper", subject="scripted/m", judge="scripted/m", **config)
-    settings = HiCupidRunSettings(
+    settings = hicupid_settings(
         run_dir=tmp_path / "run", cache_path=tmp_path / "c.sqlite", progress=False, protocol_dir=checkout
     )
     return run_hicupid(cfg, settings, factory=factory)
@@ -347,7 +347,7 @@ def test_a_truncated_answer_is_scored_under_paper_and_an_error_under_personalign
         cache=CallCache(tmp_path / "c2.sqlite"), backends={"scripted/m": ScriptedBackend(Truncating())}
     )
     cfg = HiCupidConfig.for_protocol("personalign", subject="scripted/m", judge="scripted/m")
-    settings = HiCupidRunSettings(run_dir=tmp_path / "own", cache_path=tmp_path / "c2.sqlite", progress=False)
+    settings = hicupid_settings(run_dir=tmp_path / "own", cache_path=tmp_path / "c2.sqlite", progress=False)
     own = run_hicupid(cfg, settings, factory=factory)
     assert own.summary["qa"]["n_scored"] == 0
     assert all("cut off at the token limit" in e for e in own.summary["qa"]["errors"].values())

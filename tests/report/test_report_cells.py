@@ -19,7 +19,7 @@ from personalign.benchmarks.cupid import report as cupid_report
 from personalign.benchmarks.cupid.run import RunSettings, run_cupid
 from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.benchmarks.hicupid import report as hicupid_report
-from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.run import hicupid_settings, run_hicupid
 from personalign.benchmarks.hicupid.steps import HiCupidConfig
 from personalign.errors import ModelCallError
 from personalign.llm import GenerateConfig, ModelFactory
@@ -110,7 +110,7 @@ def test_cupid_table1_cells_are_the_summary_values_in_their_columns(tmp_path: Pa
 
 
 def test_hicupid_all_error_run_reads_na(tmp_path: Path) -> None:
-    settings = HiCupidRunSettings(run_dir=tmp_path / "run", progress=False, use_cache=False, limit=4)
+    settings = hicupid_settings(run_dir=tmp_path / "run", progress=False, use_cache=False, limit=4)
     result = run_hicupid(
         HiCupidConfig(subject="scripted/s", judge="scripted/j"), settings, factory=_failing_factory()
     )

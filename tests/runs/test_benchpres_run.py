@@ -18,7 +18,6 @@ from personalign.benchmarks.benchpres.steps import (
     BenchPresBenchmark,
     BenchPresConfig,
     BenchPresItem,
-    BenchPresModels,
     summarize,
 )
 from personalign.benchmarks.cupid.run import RunSettings
@@ -226,11 +225,11 @@ def test_embedded_defaults_are_small_and_real_models_get_three_samples() -> None
 def test_summarize_skips_errored_judgements(tmp_path: Path) -> None:
     rows = load_benchpres().rows[:1]
     factory = ModelFactory(cache=None)
-    models = BenchPresModels(
-        subject=factory.get("scripted/s"),
-        judge=factory.get("scripted/j"),
-        completeness_judge=factory.get("scripted/j"),
-    )
+    models = {
+        "subject": factory.get("scripted/s"),
+        "judge": factory.get("scripted/j"),
+        "completeness_judge": factory.get("scripted/j"),
+    }
     bench = BenchPresBenchmark(replace(CONFIG, completeness=False), models)
     record = asyncio.run(bench.evaluate(BenchPresItem(rows[0], 0)))
     assert set(record.results) == {"preferences"}

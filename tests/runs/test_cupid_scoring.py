@@ -11,7 +11,7 @@ import pytest
 
 from personalign.benchmarks.cupid.data import load_cupid
 from personalign.benchmarks.cupid.schema import CupidInstance
-from personalign.benchmarks.cupid.steps import CupidBenchmark, CupidConfig, CupidModels, summarize
+from personalign.benchmarks.cupid.steps import CupidBenchmark, CupidConfig, summarize
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.llm.types import GenerateConfig
 from personalign.runs.records import InstanceRecord
@@ -60,7 +60,7 @@ def test_matcher_labels_turn_into_exact_precision_recall_f1(tmp_path: Path) -> N
     config = CupidConfig(
         subject="scripted/x", decomposer="scripted/x", matcher="scripted/x", judge="scripted/x"
     )
-    bench = CupidBenchmark(config, CupidModels(model, model, model, model))
+    bench = CupidBenchmark(config, dict.fromkeys(("subject", "decomposer", "matcher", "judge"), model))
     chosen = instances()
 
     async def evaluate_all() -> list[InstanceRecord]:

@@ -14,7 +14,7 @@ from personalign.benchmarks.cupid.run import RunSettings, rescore_cupid, run_cup
 from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.benchmarks.hicupid.data import load_hicupid
 from personalign.benchmarks.hicupid.report import build_report
-from personalign.benchmarks.hicupid.run import HiCupidRunSettings, rescore_hicupid, run_hicupid
+from personalign.benchmarks.hicupid.run import hicupid_settings, rescore_hicupid, run_hicupid
 from personalign.benchmarks.hicupid.steps import FewShotPool, HiCupidConfig
 from personalign.cli import app
 from personalign.errors import ConfigError, ModelCallError
@@ -28,8 +28,8 @@ from personalign.types import Message
 CONFIG = HiCupidConfig(subject="scripted/s", judge="scripted/j")
 
 
-def _settings(tmp_path: Path, name: str = "run", **kw: object) -> HiCupidRunSettings:
-    return HiCupidRunSettings(
+def _settings(tmp_path: Path, name: str = "run", **kw: object) -> RunSettings:
+    return hicupid_settings(
         run_dir=tmp_path / name,
         cache_path=tmp_path / "c.sqlite",
         progress=False,

@@ -17,11 +17,12 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import httpx
+from typing import TYPE_CHECKING, Any, Literal
 
 from personalign.errors import ConfigError, PersonalignError
+
+if TYPE_CHECKING:  # httpx loads in ~40 ms; only `protocol fetch` needs it, not every CLI start
+    import httpx
 
 Protocol = Literal["paper", "personalign"]
 PROTOCOLS: tuple[Protocol, ...] = ("paper", "personalign")
@@ -238,6 +239,8 @@ def fetch_source(
     Files already cached with the right hash are kept. Returns the cache directory and the paths
     that were downloaded.
     """
+    import httpx
+
     target = cache_dir(source)
     downloaded: list[str] = []
     own_client = client is None

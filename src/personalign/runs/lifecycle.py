@@ -23,7 +23,7 @@ from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.runner import Evaluator, Runner, RunOutcome, locked_run
-from personalign.runs.spec import BenchmarkSpec, RunContext, Selection
+from personalign.runs.spec import BenchmarkSpec, RunContext, Selection, selection_defaults
 from personalign.runs.store import RunDir
 
 T = TypeVar("T")
@@ -185,8 +185,18 @@ AnySpec = BenchmarkSpec[Any, Any, Any]
 
 
 def model_specs(spec: AnySpec, config: Any) -> dict[str, str]:
-    """Role -> model spec string of a config (roles the config leaves unset, None, are absent)."""
+    """Role -> model spec string of a config (roles the config leaves unset, None, are absent);
+    the spec's optional `models_of` hook when the config does not say it attribute by attribute."""
+    models_of = getattr(spec, "models_of", None)
+    if models_of is not None:
+        return dict(models_of(config))
     return {r.name: s for r in spec.roles if (s := getattr(config, r.name, None)) is not None}
+
+
+def work_items(spec: AnySpec, config: Any, items: Sequence[Any]) -> list[Any]:
+    """The units of work for `items`: the spec's optional `expand` hook (a row per sample), else them."""
+    expand = getattr(spec, "expand", None)
+    return list(expand(config, items)) if expand is not None else list(items)
 
 
 def run_dir_for(spec: AnySpec, config: Any, identity: dict[str, Any], settings: RunSettings) -> RunDir:
@@ -206,6 +216,9 @@ def build_manifest(
     identity = spec.identity(config, dataset.source, dataset.sha256, settings.seed)
     extra = spec.manifest_extra(config, texts)
     env_extra = extra.pop("environment", {})
+    specs = model_specs(spec, config)
+    if (runtime := getattr(spec, "manifest_models", None)) is not None:
+        extra.update(runtime(config, {role: factory.get(s) for role, s in specs.items()}))
     return {
         "schema_version": schema.SCHEMA_VERSION,
         "benchmark": spec.name,
@@ -213,7 +226,7 @@ def build_manifest(
         "identity": identity,
         "identity_hash": identity_hash(identity),
         "config": config.to_record(),
-        "models": {role: factory.get(s).spec.to_record() for role, s in model_specs(spec, config).items()},
+        "models": {role: factory.get(s).spec.to_record() for role, s in specs.items()},
         "data": spec.data_record(dataset),
         "selection": settings.selection_of().to_record(),
         **extra,
@@ -278,6 +291,7 @@ def run_benchmark(
     A finished run with the same identity and selection returns at once, without loading data or
     models; a run directory holding another identity is refused (runs/runner.py: locked_run).
     """
+    settings = replace(settings, selection=selection_defaults(spec, settings.selection))
     finished = finished_run(spec, config, settings, data)
     if finished is not None:
         return finished
@@ -288,33 +302,44 @@ def run_benchmark(
         items = spec.select(dataset, settings.selection_of())
         if not items:
             raise ConfigError(f"no {spec.item_noun} selected (check the selection options and --limit)")
+        items = work_items(spec, config, items)
         factory = factory or make_factory(settings)
         evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
         spec.check(evaluator, items)
         manifest = build_manifest(spec, config, dataset, settings, factory, texts)
         run_dir = run_dir_for(spec, config, manifest["identity"], settings)
-        with locked_run(run_dir, manifest):
-            outcome = asyncio.run(
-                execute(
-                    evaluator,
-                    items,
-                    run_dir,
-                    factory,
-                    concurrency=settings.concurrency,
-                    progress=settings.progress,
-                    label=spec.name,
-                )
-            )
-            summary = write_summary(
-                spec,
+        extra = {"selection": settings.selection_of().to_record()}
+        return _evaluate(spec, config, evaluator, items, run_dir, manifest, factory, settings, extra)
+
+
+def _evaluate(
+    spec: AnySpec,
+    config: Any,
+    evaluator: Evaluator[Any],
+    items: Sequence[Any],
+    run_dir: RunDir,
+    manifest: dict[str, Any],
+    factory: ModelFactory,
+    settings: RunSettings,
+    extra: Mapping[str, Any],
+    previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+) -> RunResult:
+    """Open (or resume) the locked run directory, evaluate the items, write summary.json."""
+    with locked_run(run_dir, manifest):
+        outcome = asyncio.run(
+            execute(
+                evaluator,
+                items,
                 run_dir,
-                config,
-                outcome.records,
-                outcome.status,
                 factory,
-                settings.seed,
-                {"selection": settings.selection_of().to_record()},
+                concurrency=settings.concurrency,
+                progress=settings.progress,
+                label=spec.name,
+                previous_steps=previous_steps,
             )
+        )
+        records, status = outcome.records, outcome.status
+        summary = write_summary(spec, run_dir, config, records, status, factory, settings.seed, extra)
     return RunResult(run_dir, outcome, summary)
 
 
@@ -358,7 +383,8 @@ def rescore_benchmark(
     factory = factory or make_factory(settings)
     texts = spec.protocol_texts(config, settings.context())
     evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
-    items = [item for item in spec.items(dataset) if evaluator.instance_id(item) in old_records]
+    every = work_items(spec, config, spec.items(dataset))
+    items = [item for item in every if evaluator.instance_id(item) in old_records]
     new_manifest = build_manifest(spec, config, dataset, settings, factory, texts)
     new_manifest["selection"] = manifest.get("selection")
     new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
@@ -368,27 +394,5 @@ def rescore_benchmark(
         steps = old_records[instance_id].steps
         return {k: v for k, v in steps.items() if spec.kept_on_rescore(k)}
 
-    with locked_run(run_dir, new_manifest):
-        outcome = asyncio.run(
-            execute(
-                evaluator,
-                items,
-                run_dir,
-                factory,
-                concurrency=settings.concurrency,
-                progress=settings.progress,
-                label=spec.name,
-                previous_steps=kept,
-            )
-        )
-        summary = write_summary(
-            spec,
-            run_dir,
-            config,
-            outcome.records,
-            outcome.status,
-            factory,
-            settings.seed,
-            {"rescored_from": str(source)},
-        )
-    return RunResult(run_dir, outcome, summary)
+    extra = {"rescored_from": str(source)}
+    return _evaluate(spec, config, evaluator, items, run_dir, new_manifest, factory, settings, extra, kept)

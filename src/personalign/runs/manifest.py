@@ -6,6 +6,7 @@ import hashlib
 import json
 import platform
 import subprocess
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -16,14 +17,19 @@ from personalign._version import __version__
 PACKAGES = ("pydantic", "httpx", "numpy", "pyarrow", "typer", "rich", "llama-cpp-python", "datasets")
 
 
-def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"personalign": __version__, "python": platform.python_version()}
-    for name in PACKAGES:
+def versions_of(names: Iterable[str]) -> dict[str, str | None]:
+    """Each installed distribution's version (None when it is not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in names:
         try:
             versions[name] = version(name)
         except PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def package_versions() -> dict[str, str | None]:
+    return {"personalign": __version__, "python": platform.python_version(), **versions_of(PACKAGES)}
 
 
 def git_revision() -> str | None:

@@ -9,6 +9,24 @@ once in `runs/lifecycle.py` and `cli.py`; the spec answers only what is the benc
 The spec is typed over three parameters: its config (`C`: a frozen dataclass with one attribute per
 model role, `protocol`, and `to_record()`), its loaded dataset (`D`: with `source` and `sha256`)
 and its evaluation item (`I`: what the `Evaluator` evaluates, e.g. one CUPID instance).
+
+Optional hooks (a spec defines them only when it needs them; the lifecycle and CLI read them with
+`getattr`, so specs written before a hook existed keep working):
+
+- ``models_of(config) -> dict[str, str]``: role -> model spec actually called, when that is not
+  simply ``getattr(config, role)`` (BenchPreS: the memory judge is the judge unless given, and only
+  for a context strategy that selects).
+- ``expand(config, items) -> list``: the units of work for the selected items (BenchPreS: each row
+  once per sample); default: the items themselves.
+- ``manifest_models(config, models) -> dict``: manifest entries that need the built models (BenchPreS:
+  whether the subject's backend controls reasoning).
+- ``report_tables(run_dirs) -> dict[str, Table]``: the run's tables for the shared
+  ``report.md/.csv/.json`` (CUPID and HiCUPID runs reported together land in one file); a spec
+  without it writes its own files with `write_report`.
+- ``default_protocol(data) -> str``: the protocol when ``--protocol`` is not given (default: ``paper``
+  on the official hub data, else ``personalign``); ``protocol_help: str`` replaces its help text.
+- ``cli: str``: ``"module:function"`` of ``register(app, run_app)`` adding the benchmark's extra
+  commands (e.g. ``run hicupid-retrieval``); loaded only when such a command is asked for.
 """
 
 from __future__ import annotations
@@ -214,6 +232,20 @@ class BenchmarkSpec(Protocol[C, D, I]):
     def write_report(self, run_dirs: Sequence[Path], out: Path) -> str:
         """The paper-style tables of these runs, written under `out`; returns the Markdown."""
         ...
+
+
+def selection_defaults(spec: BenchmarkSpec[Any, Any, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """Every selection option of `spec`, the given value or its default (a repeatable option without
+    a default: an empty tuple), so the selection recorded in manifest and summary always names them all."""
+    out: dict[str, Any] = {}
+    for option in spec.options:
+        if option.scope != "selection":
+            continue
+        value = given.get(option.name)
+        if value is None or (option.repeatable and not value):
+            value = option.default
+        out[option.name] = tuple(value or ()) if option.repeatable else value
+    return out
 
 
 def role_specs(spec: BenchmarkSpec[Any, Any, Any], given: Mapping[str, str | None]) -> dict[str, str]:

@@ -152,14 +152,6 @@ class BenchPresConfig:
         return record
 
 
-@dataclass
-class BenchPresModels:
-    subject: Model
-    judge: Model
-    completeness_judge: Model
-    memory_judge: Model | None = None  # the context strategy's judge (``memory``)
-
-
 @dataclass(frozen=True)
 class BenchPresItem:
     """One unit of work: a row and the index of one of its samples."""
@@ -194,10 +186,11 @@ def parse_message(text: str) -> dict[str, Any]:
 class BenchPresBenchmark:
     name = "benchpres"
 
-    def __init__(self, config: BenchPresConfig, models: BenchPresModels) -> None:
+    def __init__(self, config: BenchPresConfig, models: Mapping[str, Model]) -> None:
+        """`models`: role -> model (subject, judge, completeness_judge; memory_judge for ``memory``)."""
         self.config = config
         self.models = models
-        self.strategy = get_context_strategy(config.context, StrategyEnv(judge=models.memory_judge))
+        self.strategy = get_context_strategy(config.context, StrategyEnv(judge=models.get("memory_judge")))
 
     @staticmethod
     def instance_id(item: BenchPresItem) -> str:
@@ -255,7 +248,7 @@ class BenchPresBenchmark:
             steps.steps["context"] = StepRecord(role="context", status="error", error=message)
             raise StepFailed("context", message) from exc
         if isinstance(result, ContextResult):
-            model = self.models.memory_judge.label if self.models.memory_judge is not None else None
+            model = memory_judge.label if (memory_judge := self.models.get("memory_judge")) else None
             steps.steps["context"] = StepRecord(
                 role="context", model=model, parsed={**result.details, "prompt": result.prompt}
             )
@@ -268,7 +261,7 @@ class BenchPresBenchmark:
         parsed = await steps.call(
             "generate",
             role="subject",
-            model=self.models.subject,
+            model=self.models["subject"],
             template=load_template(template),
             values={"prompt": prompt},
             config=self.subject_config(item.sample),
@@ -289,7 +282,7 @@ class BenchPresBenchmark:
         parsed = await steps.call(
             "generate_baseline",
             role="subject",
-            model=self.models.subject,
+            model=self.models["subject"],
             template=template,
             values=values,
             config=self.subject_config(item.sample),
@@ -309,7 +302,7 @@ class BenchPresBenchmark:
         parsed = await steps.call(
             name,
             role="judge",
-            model=self.models.judge,
+            model=self.models["judge"],
             template=load_template(TEMPLATES["judge"]),
             values={"attribute": attribute, "response": message},
             config=self._judge_config(PREFERENCE_JUDGE_SCHEMA, "benchpres_preference"),
@@ -325,7 +318,7 @@ class BenchPresBenchmark:
         parsed = await steps.call(
             "completeness",
             role="completeness_judge",
-            model=self.models.completeness_judge,
+            model=self.models["completeness_judge"],
             template=load_template(TEMPLATES["completeness_paper" if paper else "completeness"]),
             values={
                 "recipient": item.row.recipient,

@@ -20,7 +20,6 @@ from typing import Literal
 from personalign.benchmarks.cupid.schema import CupidInstance
 from personalign.history import format_history as format_history  # re-exported for the CUPID benchmark
 from personalign.history import format_session as format_session
-from personalign.memory.strategy import retrieve_sessions, shared_embedder
 from personalign.types import Session
 
 CupidContext = Literal["full", "oracle", "oracle-factor", "summaries", "gold-preference", "memory"]
@@ -48,6 +47,10 @@ def select_sessions(instance: CupidInstance, context: str) -> tuple[Session, ...
     if context == "gold-preference":
         return ()
     if context == "memory":
+        # imported here for start-up speed only (the memory engine loads numpy and the embedder,
+        # which a finished run's re-run never needs); lint-imports still sees this layer edge
+        from personalign.memory.strategy import retrieve_sessions, shared_embedder
+
         positions = retrieve_sessions(
             [s.dialogue for s in instance.prior_interactions],
             instance.current_request,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from personalign.benchmarks.cupid.spec import SPEC
 from personalign.benchmarks.cupid.steps import CupidConfig
@@ -13,15 +13,9 @@ from personalign.runs.lifecycle import RunResult, RunSettings, rescore_benchmark
 __all__ = ["RunSettings", "rescore_cupid", "run_cupid"]
 
 
-def run_cupid(
-    config: CupidConfig,
-    settings: RunSettings,
-    *,
-    data: str | Path = "fixture",
-    factory: ModelFactory | None = None,
-) -> RunResult:
-    """Evaluate (or resume) a CUPID run and write its summary."""
-    return run_benchmark(SPEC, config, _with_types(settings), data=data, factory=factory)
+def run_cupid(config: CupidConfig, settings: RunSettings, **kw: Any) -> RunResult:
+    """Evaluate (or resume) a run and write its summary (keywords: data, factory; runs/lifecycle.py)."""
+    return run_benchmark(SPEC, config, settings, **kw)
 
 
 def rescore_cupid(
@@ -36,18 +30,8 @@ def rescore_cupid(
     factory: ModelFactory | None = None,
 ) -> RunResult:
     """Re-judge a finished run's saved subject outputs with other judges, into a new run directory."""
+    models = {"judge": judge, "decomposer": decomposer, "matcher": matcher}
+    options = {"matcher_format": matcher_format}
     return rescore_benchmark(
-        SPEC,
-        source,
-        settings,
-        models={"judge": judge, "decomposer": decomposer, "matcher": matcher},
-        options={"matcher_format": matcher_format},
-        data=data,
-        factory=factory,
+        SPEC, source, settings, models=models, options=options, data=data, factory=factory
     )
-
-
-def _with_types(settings: RunSettings) -> RunSettings:
-    """CUPID's selection always records its instance types (an empty list: all), as it always has."""
-    types = tuple(settings.selection.get("instance_types") or ())
-    return replace(settings, selection={**settings.selection, "instance_types": types})

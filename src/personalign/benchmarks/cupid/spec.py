@@ -17,7 +17,6 @@ from personalign.benchmarks.cupid.steps import (
     TASKS,
     CupidBenchmark,
     CupidConfig,
-    CupidModels,
     default_subject_max_tokens,
     prompt_hashes,
     summarize,
@@ -25,6 +24,7 @@ from personalign.benchmarks.cupid.steps import (
 from personalign.errors import ConfigError
 from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
+from personalign.report.tables import Table
 from personalign.runs.records import InstanceRecord
 from personalign.runs.runner import Evaluator
 from personalign.runs.spec import Option, Role, RunContext, Selection
@@ -39,6 +39,9 @@ class CupidSpec:
     title = "CUPID: infer the contextual preference behind a request from prior sessions"
     item_noun = "instances"
     default_seed = 0
+    # the data hooks are the folder's own loader: (source, sha256) without loading, and the loader
+    describe_data = staticmethod(describe_source)
+    load = staticmethod(load_cupid)
     roles: tuple[Role, ...] = (
         Role("subject", "The model under evaluation.", rescorable=False),
         Role("judge", "The generation judge (and the default decomposer and matcher)."),
@@ -133,11 +136,6 @@ class CupidSpec:
         )
 
     # --- data ---------------------------------------------------------------------------------
-    def describe_data(self, data: str | Path) -> tuple[str, str | None]:
-        return describe_source(data)
-
-    def load(self, data: str | Path) -> LoadedDataset:
-        return load_cupid(data)
 
     def data_record(self, dataset: LoadedDataset) -> dict[str, Any]:
         return {"source": dataset.source, "sha256": dataset.sha256, "n_instances": len(dataset.instances)}
@@ -185,7 +183,7 @@ class CupidSpec:
         texts: CupidPaperPrompts | None,
         context: RunContext,
     ) -> Evaluator[CupidInstance]:
-        return CupidBenchmark(config, CupidModels(**{role: models[role] for role in ROLE_NAMES}), texts)
+        return CupidBenchmark(config, models, texts)
 
     def check(self, evaluator: Evaluator[CupidInstance], items: Sequence[CupidInstance]) -> None:
         return None
@@ -202,6 +200,9 @@ class CupidSpec:
 
     def print_summary(self, summary: Mapping[str, Any], run_dir: Path) -> None:
         print_run_summary(dict(summary), run_dir)
+
+    def report_tables(self, run_dirs: Sequence[Path]) -> dict[str, Table]:
+        return build_report(run_dirs)
 
     def write_report(self, run_dirs: Sequence[Path], out: Path) -> str:
         return write_report(build_report(run_dirs), out)

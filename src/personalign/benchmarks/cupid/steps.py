@@ -161,14 +161,6 @@ class CupidConfig:
         return asdict(self)
 
 
-@dataclass
-class CupidModels:
-    subject: Model
-    decomposer: Model
-    matcher: Model
-    judge: Model
-
-
 def prompt_hashes() -> dict[str, str]:
     return {name: load_template(name).sha256 for name in TEMPLATES.values()}
 
@@ -355,7 +347,7 @@ class CupidBenchmark:
     name = "cupid"
 
     def __init__(
-        self, config: CupidConfig, models: CupidModels, paper: CupidPaperPrompts | None = None
+        self, config: CupidConfig, models: Mapping[str, Model], paper: CupidPaperPrompts | None = None
     ) -> None:
         self.config = config
         self.models = models
@@ -399,7 +391,7 @@ class CupidBenchmark:
                 steps.call(
                     f"summary/{k}",
                     role="subject",
-                    model=self.models.subject,
+                    model=self.models["subject"],
                     template=template,
                     values={"session": format_session(s)},
                     config=GenerateConfig(
@@ -423,7 +415,7 @@ class CupidBenchmark:
             steps,
             name,
             "matcher",
-            self.models.matcher,
+            self.models["matcher"],
             self.prompts.match(preference, items),
             lambda text: parse(text, len(items), fmt),
         )
@@ -433,10 +425,12 @@ class CupidBenchmark:
         gold_items = list(instance.current_checklist)
         if self.paper is not None:
             preference = await self._call(
-                steps, "infer", "subject", self.models.subject, call, parse_paper_inferred
+                steps, "infer", "subject", self.models["subject"], call, parse_paper_inferred
             )
         else:
-            inferred = await self._call(steps, "infer", "subject", self.models.subject, call, _own_inferred)
+            inferred = await self._call(
+                steps, "infer", "subject", self.models["subject"], call, _own_inferred
+            )
             preference = inferred["preference"]
             if inferred["missing_section"] and "missing_section" not in steps.steps["infer"].flags:
                 steps.steps["infer"].flags.append("missing_section")
@@ -453,7 +447,7 @@ class CupidBenchmark:
             steps,
             "decompose",
             "decomposer",
-            self.models.decomposer,
+            self.models["decomposer"],
             self.prompts.decompose(preference),
             parse_items,
         )
@@ -475,7 +469,7 @@ class CupidBenchmark:
             steps,
             "generate",
             "subject",
-            self.models.subject,
+            self.models["subject"],
             self.prompts.generate(instance, history),
             str.strip,
         )
@@ -484,7 +478,7 @@ class CupidBenchmark:
                 steps,
                 "judge",
                 "judge",
-                self.models.judge,
+                self.models["judge"],
                 self.prompts.judge(instance, response),
                 parse_paper_judgement,
             )
@@ -493,7 +487,7 @@ class CupidBenchmark:
                 steps,
                 "judge",
                 "judge",
-                self.models.judge,
+                self.models["judge"],
                 self.prompts.judge(instance, response),
                 lambda text: asdict(parse_generation_judgement(text)),
             )

@@ -167,12 +167,6 @@ PAPER_DEFAULTS: dict[str, Any] = {
 }
 
 
-@dataclass
-class HiCupidModels:
-    subject: Model
-    judge: Model
-
-
 def prompt_hashes() -> dict[str, str]:
     return {name: load_template(name).sha256 for name in TEMPLATES.values()}
 
@@ -267,7 +261,7 @@ class HiCupidBenchmark:
     def __init__(
         self,
         config: HiCupidConfig,
-        models: HiCupidModels,
+        models: Mapping[str, Model],  # role -> model: subject, judge
         dataset: HiCupidDataset,
         seed: int,
         embedding_cache: Path | None = None,
@@ -399,7 +393,7 @@ class HiCupidBenchmark:
         return await steps.call(
             name,
             role="judge",
-            model=self.models.judge,
+            model=self.models["judge"],
             template=template,
             values=values,
             config=self._judge_config(schema, schema_name),
@@ -473,7 +467,7 @@ class HiCupidBenchmark:
             answer: str = await steps.call(
                 "answer",
                 role="subject",
-                model=self.models.subject,
+                model=self.models["subject"],
                 template=self.subject_prompt(qa, selection),
                 values={},
                 config=self.subject_config,
