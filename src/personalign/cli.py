@@ -127,7 +127,7 @@ def run_cupid_cmd(
             run_dir=run_dir,
             concurrency=concurrency,
             limit=limit,
-            instance_types=tuple(instance_type or ()),
+            selection={"instance_types": tuple(instance_type or ())},
             seed=seed,
             cache_path=cache,
             use_cache=not no_cache,
