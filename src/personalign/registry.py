@@ -26,6 +26,7 @@ ENTRY_POINT_GROUP = "personalign.benchmarks"
 
 BUILTIN: dict[str, str] = {
     "cupid": "personalign.benchmarks.cupid.spec:SPEC",
+    "prefeval": "personalign.benchmarks.prefeval.spec:SPEC",
 }
 
 # Registered at run time (tests, notebooks): name -> "module:attribute" or the spec object itself.

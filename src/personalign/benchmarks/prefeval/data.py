@@ -168,9 +168,11 @@ def _load(
     *,
     forms: Sequence[PreferenceForm],
     topics: Sequence[str] | None,
-    need_mcq: bool,
-    need_distractors: bool,
+    need_mcq: bool | None,
+    need_distractors: bool | None,
 ) -> LoadedPrefEval:
+    """Rows of ``forms`` x ``topics`` (None: every topic file present). ``need_*``: True = the file
+    must be there, None = read it when present, False = do not read it."""
     for form in forms:
         if form not in PREFERENCE_FORMS:
             raise ConfigError(f"unknown preference form {form!r} (choose from {', '.join(PREFERENCE_FORMS)})")
@@ -195,20 +197,25 @@ def _load(
             value, label, digest = got
             files[rel] = digest
             raw = _rows_of(value, label)
-            if need_mcq and mcq_rows is None:
+            if need_mcq is not False and mcq_rows is None:
                 got_mcq = read(mcq_path)
-                if got_mcq is None:
+                if got_mcq is None and need_mcq:
                     raise DataError(
                         f"{source}/{mcq_path}", None, None, "file not found (needed for --task mcq)"
                     )
-                mcq_value, mcq_label, mcq_digest = got_mcq
-                files[mcq_path] = mcq_digest
-                mcq_rows = [
-                    _validate(McqRow, r, mcq_label, i) for i, r in enumerate(_rows_of(mcq_value, mcq_label))
-                ]
+                if got_mcq is not None:
+                    mcq_value, mcq_label, mcq_digest = got_mcq
+                    files[mcq_path] = mcq_digest
+                    mcq_rows = [
+                        _validate(McqRow, r, mcq_label, i)
+                        for i, r in enumerate(_rows_of(mcq_value, mcq_label))
+                    ]
             if mcq_rows is not None and len(mcq_rows) != len(raw):
                 raise DataError(
-                    mcq_label, None, None, f"{len(mcq_rows)} MCQ rows for {len(raw)} rows in {label}"
+                    f"{source}/{mcq_path}",
+                    None,
+                    None,
+                    f"{len(mcq_rows)} MCQ rows for {len(raw)} rows in {label}",
                 )
             for i, item in enumerate(raw):
                 row = _validate(ROW_TYPES[form], item, label, i)
@@ -216,12 +223,10 @@ def _load(
     if not found_any:
         raise DataError(source, None, None, f"no PrefEval topic files for forms {', '.join(forms)}")
     distractors: tuple[ChatTurn, ...] = ()
-    if need_distractors:
-        got = read(DISTRACTORS_FILE)
-        if got is None:
-            raise DataError(
-                f"{source}/{DISTRACTORS_FILE}", None, None, "file not found (needed for inter turns)"
-            )
+    got = read(DISTRACTORS_FILE) if need_distractors is not False else None
+    if got is None and need_distractors:
+        raise DataError(f"{source}/{DISTRACTORS_FILE}", None, None, "file not found (needed for inter turns)")
+    if got is not None:
         value, label, digest = got
         files[DISTRACTORS_FILE] = digest
         conversations = [
@@ -268,8 +273,8 @@ def load_prefeval(
     *,
     forms: Sequence[PreferenceForm] = PREFERENCE_FORMS,
     topics: Sequence[str] | None = None,
-    need_mcq: bool = False,
-    need_distractors: bool = True,
+    need_mcq: bool | None = None,
+    need_distractors: bool | None = None,
     client: httpx.Client | None = None,
 ) -> LoadedPrefEval:
     """Load and validate PrefEval rows from `source` (see module docstring)."""
@@ -318,11 +323,12 @@ def _check_pinned(loaded: LoadedPrefEval, root: Path) -> None:
             )
 
 
-def describe_source(source: str | Path) -> str:
-    """The source label `load_prefeval` reports, without reading the data."""
+def describe_source(source: str | Path) -> tuple[str, str | None]:
+    """The (source, sha256) `load_prefeval` reports for all forms and topics, without parsing the
+    data; sha256 None for a local checkout (known only once read)."""
     text = str(source)
     if text == "fixture":
-        return f"fixture:{FIXTURE}"
+        return f"fixture:{FIXTURE}", file_sha256(fixture_path(FIXTURE))
     if text == "upstream":
-        return f"upstream:{pins.REPO}@{pins.COMMIT[:12]}"
-    return text
+        return f"upstream:{pins.REPO}@{pins.COMMIT[:12]}", _digest(dict(pins.DATA_FILES))
+    return text, None

@@ -53,10 +53,8 @@ from personalign.benchmarks.prefeval.judges import (
 from personalign.benchmarks.prefeval.metrics import ERROR_TYPES, Scored, accuracy, breakdown, combine
 from personalign.benchmarks.prefeval.protocol import TEMPLATES, PaperBudgets, Texts
 from personalign.benchmarks.prefeval.schema import (
-    PREFERENCE_FORMS,
     TASKS,
     ExplicitRow,
-    PreferenceForm,
     Task,
 )
 from personalign.errors import ConfigError, ParseError
@@ -82,12 +80,9 @@ class PrefEvalConfig:
     """Everything that defines a PrefEval run's results (recorded in the manifest)."""
 
     subject: str
-    judge: str
+    judge: str | None = None  # the generation task's four checks (unused by the MCQ task)
     task: Task = "generation"
     setting: Setting = "zero-shot"
-    turns: tuple[int, ...] = (0,)
-    forms: tuple[PreferenceForm, ...] = PREFERENCE_FORMS
-    topics: tuple[str, ...] = ()  # empty: every topic in the data
     protocol: Protocol = "personalign"
     rag_method: RagMethod = "bm25"
     rag_k: int = RAG_K
@@ -113,15 +108,8 @@ class PrefEvalConfig:
             raise ConfigError(
                 f"unknown RAG method {self.rag_method!r} (choose from {', '.join(RAG_METHODS)})"
             )
-        if not self.turns or min(self.turns) < 0 or len(set(self.turns)) != len(self.turns):
-            raise ConfigError(f"--turns needs distinct non-negative counts, got {self.turns}")
-        for form in self.forms:
-            if form not in PREFERENCE_FORMS:
-                raise ConfigError(
-                    f"unknown preference form {form!r} (choose from {', '.join(PREFERENCE_FORMS)})"
-                )
-        if not self.forms:
-            raise ConfigError("at least one preference form is needed")
+        if self.task == "generation" and not self.judge:
+            raise ConfigError("the generation task needs a judge model (--judge)")
         if self.rag_k < 1 or self.memory_k < 1:
             raise ConfigError("--rag-k and --memory-k must be at least 1")
         if not 0.0 <= self.temperature <= 2.0:
@@ -134,23 +122,10 @@ class PrefEvalConfig:
         return f"{self.task}+{setting}"
 
     def model_specs(self) -> dict[str, str]:
-        return {"subject": self.subject, **({"judge": self.judge} if self.task == "generation" else {})}
+        return {"subject": self.subject, **({"judge": self.judge} if self.judge else {})}
 
     def to_record(self) -> dict[str, Any]:
-        record = asdict(self)
-        record["turns"], record["forms"], record["topics"] = (
-            list(self.turns),
-            list(self.forms),
-            list(self.topics),
-        )
-        return record
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> PrefEvalConfig:
-        data = dict(record)
-        for name in ("turns", "forms", "topics"):
-            data[name] = tuple(data.get(name, ()))
-        return cls(**data)
+        return asdict(self)
 
 
 @dataclass
@@ -174,6 +149,8 @@ class PrefEvalItem:
 def expand(rows: Iterable[PrefEvalRow], turns: Sequence[int]) -> list[PrefEvalItem]:
     """Length-major order: a short run's instances come first."""
     rows = list(rows)
+    if not turns or min(turns) < 0 or len(set(turns)) != len(turns):
+        raise ConfigError(f"--turns needs distinct non-negative counts, got {list(turns)}")
     return [PrefEvalItem(row, t) for t in sorted(turns) for row in rows]
 
 
