@@ -52,7 +52,8 @@ def respond(messages: Sequence[Message], config: GenerateConfig) -> str:
         violated = _overlap(preference, response) < 0.3
         return json.dumps({"explanation": "Compared by wording.", "answer": "Yes" if violated else "No"})
     if name == "prefeval_helpful":
-        unhelpful = bool(re.search(r"\b(sorry|cannot|can't)\b", response, re.I)) or len(response.split()) < 5
+        unhelpful = bool(re.search(r"\b(sorry|apologi[sz]e|cannot help|can.t help)\b", response, re.I))
+        unhelpful = unhelpful or len(response.split()) < 5
         return json.dumps({"explanation": "Checked for refusals.", "answer": "No" if unhelpful else "Yes"})
     if name == "prefeval_hallucination":
         preference = _between(user, "Preference:", "\n")
