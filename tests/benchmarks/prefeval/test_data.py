@@ -141,3 +141,19 @@ def test_upstream_download_is_pinned_and_verified(tmp_path: Path, monkeypatch: p
     )
     assert not list((tmp_path / "cache").rglob("*.json"))  # nothing unverified was written
     assert len(pdata.DATA_SOURCE.files) == 81  # 4 folders x 20 topics + the distractors
+
+
+def test_mcq_rows_must_match_their_rows_and_the_curation_mark_is_accepted(tmp_path: Path) -> None:
+    root = write_data_checkout(tmp_path)
+    persona = root / "benchmark_dataset" / "implicit_preference" / "persona-driven" / "travel_hotel.json"
+    rows = json.loads(persona.read_text())
+    rows[0]["fix"] = True  # present on some official persona rows
+    persona.write_text(json.dumps(rows))
+    assert load_prefeval(root).rows  # accepted
+    mcq = root / "benchmark_dataset" / "mcq_options" / "travel_hotel.json"
+    options = json.loads(mcq.read_text())
+    options[1]["question"] = "Something else?"
+    mcq.write_text(json.dumps(options))
+    with pytest.raises(DataError, match=r"row 1, field 'question': differs from row 1 of .*mcq_options"):
+        load_prefeval(root)
+    assert load_prefeval(root, need_mcq=False).rows[1].mcq is None

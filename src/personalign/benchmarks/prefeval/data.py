@@ -219,6 +219,10 @@ def _load(
                 )
             for i, item in enumerate(raw):
                 row = _validate(ROW_TYPES[form], item, label, i)
+                if mcq_rows is not None and mcq_rows[i].question != row.question:
+                    raise DataError(
+                        label, i, "question", f"differs from row {i} of {source}/{mcq_path} (the MCQ options)"
+                    )
                 rows.append(PrefEvalRow(form, topic, i, row, mcq_rows[i] if mcq_rows is not None else None))
     if not found_any:
         raise DataError(source, None, None, f"no PrefEval topic files for forms {', '.join(forms)}")

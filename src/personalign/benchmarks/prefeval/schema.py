@@ -106,6 +106,7 @@ class PersonaRow(PreferenceRow):
 
     persona: str = Field(min_length=1)
     conversation: dict[str, PersonaTurn] = Field(min_length=1)
+    fix: bool | None = None  # set on 50 official rows (a curation mark); not used in scoring
 
     @field_validator("conversation")
     @classmethod
