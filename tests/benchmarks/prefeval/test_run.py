@@ -228,3 +228,20 @@ def test_registered_spec_and_report(tmp_path: Path) -> None:
     assert (tmp_path / "report" / "prefeval_turns.png").stat().st_size > 10_000
     with pytest.raises(ConfigError, match="not a run directory"):
         SPEC.write_report([tmp_path / "missing"], tmp_path / "r2")
+
+
+def test_a_cut_off_reply_to_the_preference_is_kept_as_conversation(tmp_path: Path) -> None:
+    def cut(messages: Sequence[Message], config: GenerateConfig) -> str | BackendResponse:
+        if len(messages) == 2 and messages[-1].content.startswith("I only stay in hotels"):
+            return BackendResponse(text="Noted, dogs are", usage=Usage(), finish_reason="length")
+        return default_responder(messages, config)
+
+    factory = ModelFactory(
+        cache=CallCache(tmp_path / "c.sqlite"), backends={"scripted/s": ScriptedBackend(cut)}
+    )
+    result = run_prefeval(
+        CONFIG, settings(tmp_path), forms=("explicit",), topics=("travel_hotel",), factory=factory
+    )
+    assert result.summary["n_errors"] == 0 and result.summary["flags"]["truncated"] == 1
+    record = RunDir(tmp_path / "run").records()["explicit/travel_hotel/0@0"]
+    assert record.steps["pref_response"].status == "ok" and "truncated" in record.steps["pref_response"].flags

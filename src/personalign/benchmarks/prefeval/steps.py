@@ -259,12 +259,19 @@ class PrefEvalBenchmark:
 
     async def pref_response(self, item: PrefEvalItem, steps: StepRunner) -> str | None:
         """Explicit form: the subject's own reply to the stated preference (the official first call;
-        the MCQ task's budget under the paper protocol, as the official classification code has it)."""
+        the MCQ task's budget under the paper protocol, as the official classification code has it).
+
+        It is only conversation shown later, never scored, so a reply cut off at the token limit is
+        kept (flagged ``truncated``) under both protocols; an empty or failed reply is an error."""
         if not isinstance(item.row.row, ExplicitRow):
             return None
         budget = self.budgets.mcq if self.paper and self.config.task == "mcq" else self.budgets.subject
         messages = [*self.system(), Message(role="user", content=item.row.row.preference)]
-        return await self._text(steps, "pref_response", messages, budget)
+        lenient = StepRunner(steps.previous, truncation="score")
+        try:
+            return await self._text(lenient, "pref_response", messages, budget)
+        finally:
+            steps.steps.update(lenient.steps)
 
     def _context(
         self, item: PrefEvalItem, steps: StepRunner, preference: list[Message], distractors: list[Message]
