@@ -40,6 +40,7 @@ class Curve:
     turns: list[int]
     accuracy: list[float | None]
     ci: list[tuple[float, float] | None]
+    demo: bool = False  # the bundled small model: numbers that only show the pipeline works
 
 
 @dataclass
@@ -87,11 +88,12 @@ def build_report(paths: Sequence[Path]) -> PrefEvalReport:
             points = sorted((int(t), b) for t, b in s.get("by_turns", {}).items())
             report.curves.append(
                 Curve(
-                    name,
+                    row_name(s),  # a plot label, not console markup
                     metric,
                     [t for t, _ in points],
                     [b.get("accuracy") for _, b in points],
                     [tuple(b["ci"]) if b.get("ci") else None for _, b in points],  # type: ignore[misc]
+                    demo=bool(s.get("notice")),
                 )
             )
         if task == "generation":
@@ -135,6 +137,10 @@ def plot_turns(curves: Sequence[Curve], out: Path, stem: str = "prefeval_turns")
         ax.set_title(f"PrefEval: {metric} vs. conversation length")
         ax.grid(True, linewidth=0.4, alpha=0.5)
         ax.legend(fontsize=7, loc="best")
+    if any(c.demo for c in curves):
+        fig.suptitle(
+            "Pipeline demonstration with the bundled small model: not a measure of any model", fontsize=9
+        )
     fig.tight_layout()
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     for path in paths:
