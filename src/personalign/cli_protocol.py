@@ -30,6 +30,7 @@ protocol_app = typer.Typer(no_args_is_help=True, help="The official (paper) prot
 UPSTREAM_SOURCES: dict[str, str] = {
     "cupid": "personalign.benchmarks.cupid.protocol:SOURCE",
     "hicupid": "personalign.benchmarks.hicupid.protocol:SOURCE",
+    "prefeval": "personalign.benchmarks.prefeval.protocol:SOURCE",
 }
 
 

@@ -27,6 +27,7 @@ BUILTIN: dict[str, str] = {
     "cupid": "personalign.benchmarks.cupid.spec:SPEC",
     "hicupid": "personalign.benchmarks.hicupid.spec:SPEC",
     "benchpres": "personalign.benchmarks.benchpres.spec:SPEC",
+    "prefeval": "personalign.benchmarks.prefeval.spec:SPEC",
 }
 
 # Registered at run time (tests, notebooks): name -> "module:attribute" or the spec object itself.
