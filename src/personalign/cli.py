@@ -26,6 +26,7 @@ from personalign.cli_common import (
 from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
+from personalign.cli_serve import register as register_serve
 from personalign.cli_synth import register as register_synth
 from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
@@ -319,6 +320,7 @@ cli_benchpres.register(app, run_app)
 cli_hicupid.register(app, run_app)
 register_memory(app, run_app)
 register_protocol(app)
+register_serve(app)
 register_synth(app, run_app)
 
 

@@ -81,6 +81,15 @@ class BackendResponse(BaseModel):
     raw: dict[str, Any] | None = None
 
 
+class StreamChunk(BaseModel):
+    """One piece of a streamed answer: new text, and on the last pieces the finish reason and usage."""
+
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    raw_finish_reason: str | None = None
+
+
 class Completion(BaseModel):
     """The result of `Model.complete`: text plus accounting."""
 
@@ -108,6 +117,7 @@ __all__ = [
     "FinishReason",
     "GenerateConfig",
     "Message",
+    "StreamChunk",
     "Usage",
     "normalize_finish_reason",
 ]
