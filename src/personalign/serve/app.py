@@ -170,19 +170,14 @@ class RequestContext:
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500
+        done = False
 
-        async def send_with_id(message: AsgiMessage) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                headers = list(message.get("headers", []))
-                headers.append((b"x-request-id", request_id.encode("latin-1")))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
+        def account() -> None:
+            """Metrics and the log line, once, before the response's last byte leaves."""
+            nonlocal done
+            if done:
+                return
+            done = True
             elapsed = time.perf_counter() - started
             route = scope.get("route")
             path = getattr(route, "path", None) or "unmatched"
@@ -200,6 +195,22 @@ class RequestContext:
                 key_id=state.get("key_id"),
                 user=state.get("user_ref"),
             )
+
+        async def send_with_id(message: AsgiMessage) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode("latin-1")))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                account()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            account()  # no complete response (an error, a client gone): still counted and logged
 
 
 # --- the app -----------------------------------------------------------------------------------

@@ -8,15 +8,13 @@ sessions the extractor has not processed yet; failures are recorded per session 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Callable
 
 from personalign.llm import ModelFactory
 from personalign.memory.extract import extract_pending
 from personalign.memory.store import MemoryStore, UnknownUserError
-
-log = logging.getLogger("personalign.serve")
+from personalign.serve.observe import log_event
 
 
 class ExtractionWorker:
@@ -89,7 +87,7 @@ class ExtractionWorker:
             except UnknownUserError:
                 outcome, n = "done", 0  # the user was deleted meanwhile: nothing to do
             except Exception as exc:
-                log.warning('{"event": "extraction_failed", "error": %r}', type(exc).__name__)
+                log_event("extraction_failed", error=type(exc).__name__)
                 outcome, n = "failed", 0
             else:
                 outcome, n = "done", report.memories
