@@ -182,3 +182,24 @@ def test_a_request_never_waits_on_extraction(gateway_factory: Any) -> None:
     # the next request gets the extracted memory instead of the raw session
     gw.chat("Draft the Okafor report.")
     assert "I prefer short answers" in system_prompt(gw)
+
+
+def test_recorded_exchange_is_embedded_by_its_user_turn(gateway: Gateway) -> None:
+    """The request's vector is computed once and stored as the session's embedding; it must equal
+    what the engine computes for the stored session (its user turn)."""
+    import numpy as np
+
+    from personalign.memory.index import dense_text
+    from personalign.serve.tenancy import scoped_id
+
+    text = "Plan the Brookfield Science Olympiad logistics with Professor Reyes."
+    gateway.chat(text)
+    gateway.chat("Another request about Lisbon.")
+    service = gateway.server.app.state.service
+    sid = scoped_id("acme", "ana")
+    sessions = service.store.sessions(sid)
+    embedder = service.engine.embedder
+    stored = service.store.vectors(sid, "s", embedder.name, [s.id for s in sessions])
+    for session in sessions:
+        expected = embedder.encode([dense_text(session)])[0]
+        assert np.allclose(stored[session.id], expected)

@@ -8,6 +8,7 @@ the exchange as a session, and queue extraction in the background worker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -112,6 +113,7 @@ class ChatRequest(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     user: str | None = None
+    response_format: dict[str, Any] | None = None
     personalign: PersonalignOptions | None = None
 
 
@@ -238,12 +240,23 @@ def create_app(config: GatewayConfig) -> FastAPI:
         else None
     )
     limiter = RateLimiter()
+    warming: dict[str, asyncio.Task[None]] = {}
+
+    async def warm(tenant: str, user: str, query: str, qvec: Any, sid: str) -> None:
+        try:
+            await run_in_threadpool(service.warm, tenant, user, query, qvec)
+        except Exception as exc:  # upkeep only: the next request refreshes anyway
+            log_event("warm_failed", error=type(exc).__name__)
+        finally:
+            warming.pop(sid, None)
+
     metrics = Metrics()
     metrics.describe("personalign_http_requests_total", "HTTP requests by route and status")
     metrics.describe("personalign_http_request_seconds", "HTTP request time by route")
     metrics.describe("personalign_upstream_seconds", "Time spent waiting for the upstream model")
     metrics.describe("personalign_memory_seconds", "Time spent retrieving and selecting memories")
     metrics.describe("personalign_turns_recorded_total", "Exchanges stored as sessions")
+    metrics.describe("personalign_record_seconds", "Time spent storing an exchange")
     metrics.describe("personalign_upstream_errors_total", "Failed upstream calls")
     metrics.describe("personalign_rate_limited_total", "Requests refused by a rate limit")
     metrics.describe("personalign_tokens_total", "Tokens reported by the upstream")
@@ -351,9 +364,13 @@ def create_app(config: GatewayConfig) -> FastAPI:
         user = user_of(request, key, body.user) if options.memory else None
         request_id = request.scope["state"]["request_id"]
         headers = {"X-Personalign-Memory": "off"}
+        qvec = None
         if user is not None:
             started = time.perf_counter()
-            block, n_memories, n_sessions = await memory_block(key.tenant, user, last_user, options.context)
+            qvec = await run_in_threadpool(service.encode, last_user)
+            block, n_memories, n_sessions = await memory_block(
+                key.tenant, user, last_user, options.context, qvec
+            )
             metrics.observe("personalign_memory_seconds", time.perf_counter() - started)
             headers = {"X-Personalign-Memory": "on", "X-Personalign-Memories": str(n_memories),
                        "X-Personalign-Sessions": str(n_sessions)}  # fmt: skip
@@ -361,19 +378,43 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 messages = inject(messages, block)
         gen = generate_config(body)
         turn_messages = [{"role": "user", "content": last_user}]
+        if user is not None:  # what the store would refuse is refused before the upstream is paid
+            service.check_exchange(key.tenant, user, turn_messages)
 
         async def record(answer: str, finish: str | None) -> None:
+            """Store the exchange; raises ApiError when it cannot be stored (the turn is then not
+            acknowledged: no answer is returned, a stream ends without [DONE])."""
             if user is None:
                 return
-            exchange = [*turn_messages, {"role": "assistant", "content": answer or "(empty reply)"}]
-            meta = {"request_id": request_id, "model": upstream.name, "finish_reason": finish}
+            empty = not answer.strip()
+            exchange = [
+                *turn_messages,
+                {"role": "assistant", "content": "(empty reply)" if empty else answer},
+            ]
+            meta = {
+                "request_id": request_id,
+                "model": upstream.name,
+                "finish_reason": finish,
+                "empty_reply": empty,
+            }
             sid = scoped_id(key.tenant, user)
-            await run_in_threadpool(
-                service.record_turn, key.tenant, user, exchange, session_id=request_id, metadata=meta
-            )
+            recording = time.perf_counter()
+            turn_id = "turn_" + secrets.token_hex(8)  # unique: a client's request id may repeat
+            try:
+                await run_in_threadpool(
+                    service.record_turn, key.tenant, user, exchange, session_id=turn_id, metadata=meta,
+                    user_vector=qvec,
+                )  # fmt: skip
+            except PersonalignError as exc:
+                log_event("record_failed", request_id=request_id, error=type(exc).__name__)
+                detail = f"{exc.field}: {exc.detail}" if isinstance(exc, DataError) else type(exc).__name__
+                raise ApiError(500, f"the exchange could not be stored ({detail})", "storage_error") from None
             metrics.inc("personalign_turns_recorded_total")
+            metrics.observe("personalign_record_seconds", time.perf_counter() - recording)
             if worker is not None:
                 worker.submit(sid)
+            if sid not in warming:  # index upkeep after the answer, not before the next one
+                warming[sid] = asyncio.create_task(warm(key.tenant, user, last_user, qvec, sid))
 
         created = int(time.time())
         ident = {"id": "chatcmpl-" + request_id, "created": created, "model": upstream.name}
@@ -453,7 +494,12 @@ def create_app(config: GatewayConfig) -> FastAPI:
             return
         finally:
             metrics.observe("personalign_upstream_seconds", time.perf_counter() - started)
-        await record("".join(parts), finish)
+        try:
+            await record("".join(parts), finish)
+        except ApiError as exc:
+            payload = {"error": {"message": exc.message, "type": exc.kind}}
+            yield b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"
+            return
         yield event([{"index": 0, "delta": {}, "finish_reason": finish or "stop"}])
         if usage is not None:
             count_tokens(ident["model"], usage.prompt_tokens, usage.completion_tokens)
@@ -471,14 +517,15 @@ def create_app(config: GatewayConfig) -> FastAPI:
         yield b"data: [DONE]\n\n"
 
     async def memory_block(
-        tenant: str, user: str, query: str, context: ContextIn | None
+        tenant: str, user: str, query: str, context: ContextIn | None, qvec: Any
     ) -> tuple[str, int, int]:
         """The rendered block, the number of memories applied and of sessions shown ('' if none)."""
         if not await run_in_threadpool(service.has_user, tenant, user):
             return "", 0, 0
         found = await run_in_threadpool(
-            service.retrieve, tenant, user, query, k_sessions=config.k_sessions, k_memories=config.k_memories
-        )
+            service.retrieve, tenant, user, query, k_sessions=config.k_sessions, k_memories=config.k_memories,
+            query_vector=qvec,
+        )  # fmt: skip
         if not found.memories and not found.sessions:
             return "", 0, 0
         ctx = CommunicationContext(**context.model_dump()) if context is not None else CommunicationContext()
@@ -649,15 +696,50 @@ def inject(messages: list[Message], block: str) -> list[Message]:
     return [Message(role="system", content=block), *messages]
 
 
+# Request fields that would change the answer but that the gateway cannot forward: refused, never dropped.
+UNSUPPORTED = (
+    "tools", "tool_choice", "functions", "function_call", "logprobs", "top_logprobs", "logit_bias",
+    "frequency_penalty", "presence_penalty", "audio", "modalities", "prediction",
+)  # fmt: skip
+
+
 def generate_config(body: ChatRequest) -> GenerateConfig:
+    """The request's sampling and output settings; a field the gateway cannot honour is a 400."""
+    extra = body.model_extra or {}
+    for name in UNSUPPORTED:
+        if extra.get(name) not in (None, False, [], {}):
+            raise ApiError(400, f"{name}: not supported by this gateway", "invalid_request_error")
+    if extra.get("n") not in (None, 1):
+        raise ApiError(400, "n: only one choice per request is supported", "invalid_request_error")
     stop = (body.stop,) if isinstance(body.stop, str) else (tuple(body.stop) if body.stop else None)
+    schema, schema_name = response_schema(body.response_format)
     return GenerateConfig(
         temperature=body.temperature if body.temperature is not None else 1.0,
         max_tokens=body.max_completion_tokens or body.max_tokens or 1024,
         top_p=body.top_p,
         seed=body.seed,
         stop=stop,
+        json_schema=schema,
+        schema_name=schema_name,
     )
+
+
+def response_schema(fmt: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+    """``response_format`` as the model layer's (json_schema, schema_name)."""
+    if not fmt or fmt.get("type") in (None, "text"):
+        return None, "output"
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            raise ApiError(
+                400, "response_format.json_schema.schema: an object is required", "invalid_request_error"
+            )
+        return spec["schema"], str(spec.get("name") or "output")
+    if kind == "json_object":
+        schema = fmt.get("schema")
+        return (schema if isinstance(schema, dict) else {"type": "object"}), "output"
+    raise ApiError(400, f"response_format.type: unknown type {kind!r}", "invalid_request_error")
 
 
 __all__ = ["ApiError", "ChatRequest", "GatewayConfig", "PersonalignError", "create_app", "inject"]

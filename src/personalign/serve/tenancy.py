@@ -19,11 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from personalign.errors import DataError
 from personalign.llm import Model
 from personalign.memory.engine import MemoryBlock, MemoryEngine, Retrieval
 from personalign.memory.select import SelectionPolicy
-from personalign.memory.store import UnknownUserError, check_text
+from personalign.memory.store import NewSession, UnknownUserError, check_text, validate_messages
 from personalign.memory.types import CommunicationContext, MemoryRecord
 
 MAX_USER_CHARS = 128
@@ -93,10 +96,33 @@ class MemoryService:
             raise UnknownUserError(user, self.store.path)
         return sid
 
-    def retrieve(self, tenant: str, user: str, query: str, *, k_sessions: int, k_memories: int) -> Retrieval:
+    def encode(self, text: str) -> npt.NDArray[np.float32] | None:
+        """The request encoded once by the engine's embedder (None without one): it serves both the
+        retrieval and, since a recorded exchange is embedded by its user turn, the stored session."""
+        embedder = self.engine.embedder
+        if embedder is None or "dense" not in self.engine.config.channels:
+            return None
+        vector: npt.NDArray[np.float32] = embedder.encode([text])[0]
+        return vector
+
+    def retrieve(
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        *,
+        k_sessions: int,
+        k_memories: int,
+        query_vector: npt.NDArray[np.float32] | None = None,
+    ) -> Retrieval:
         sid = self._require(tenant, user)
         return self.engine.retrieve(
-            sid, query, k_sessions=k_sessions, k_memories=k_memories, include_history=True
+            sid,
+            query,
+            k_sessions=k_sessions,
+            k_memories=k_memories,
+            include_history=True,
+            query_vector=query_vector,
         )
 
     async def personalize(
@@ -121,10 +147,32 @@ class MemoryService:
         *,
         session_id: str,
         metadata: Mapping[str, Any],
+        user_vector: npt.NDArray[np.float32] | None = None,
     ) -> int:
-        """Store one exchange as a session (with its embedding) in one transaction."""
+        """Store one exchange as a session (with its embedding) in one transaction.
+
+        ``user_vector``: the exchange's user turn already encoded (see :meth:`encode`), stored as the
+        session's embedding instead of encoding the same text again.
+        """
         sid = self.ensure_user(tenant, user)
-        return self.engine.add_session(sid, list(messages), metadata=metadata, session_id=session_id)
+        embedder = self.engine.embedder
+        users = [m for m in messages if m.get("role") == "user"]
+        if user_vector is None or embedder is None or len(users) != 1:
+            return self.engine.add_session(sid, list(messages), metadata=metadata, session_id=session_id)
+        new = NewSession(
+            list(messages), metadata=metadata, external_id=session_id, vectors={embedder.name: user_vector}
+        )
+        return self.store.add_sessions(sid, [new])[0]
+
+    def check_exchange(self, tenant: str, user: str, messages: Sequence[Mapping[str, str]]) -> None:
+        """Raise DataError for an exchange the store would refuse (too long, bad text)."""
+        validate_messages(list(messages), source=f"user {user!r} request", limits=self.store.limits)
+
+    def warm(self, tenant: str, user: str, query: str, query_vector: npt.NDArray[np.float32] | None) -> None:
+        """Bring the user's index up to date (new sessions appended, BM25 rebuilt) off the request path."""
+        sid = scoped_id(tenant, user)
+        if self.store.has_user(sid):
+            self.engine.retrieve(sid, query, k_sessions=1, k_memories=1, query_vector=query_vector)
 
     # --- REST API ----------------------------------------------------------------------------
 
