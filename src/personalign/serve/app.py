@@ -63,6 +63,7 @@ class GatewayConfig:
     k_sessions: int = 3
     k_memories: int = 8
     extraction_workers: int = 2
+    index_shards: int = 16  # users' search indexes in this many independently locked engines
     # Builds the model factory of upstream calls (tests inject scripted backends); default: no cache.
     factory: Callable[[], ModelFactory] | None = None
     extractor_factory: Callable[[], ModelFactory] | None = None
@@ -225,7 +226,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         embedder=config.embedder,
         config=RetrievalConfig(k_sessions=config.k_sessions, k_memories=config.k_memories),
     )
-    service = MemoryService(engine)
+    service = MemoryService(engine, shards=config.index_shards)
     factory = config.factory() if config.factory is not None else ModelFactory(cache=None)
     upstreams = Upstreams(factory, config.upstreams)
     judge = factory.get(config.judge) if config.judge else None
@@ -522,9 +523,11 @@ def create_app(config: GatewayConfig) -> FastAPI:
         """The rendered block, the number of memories applied and of sessions shown ('' if none)."""
         if not await run_in_threadpool(service.has_user, tenant, user):
             return "", 0, 0
+        # while this user's index upkeep runs, search the index as it is rather than queue behind it
+        fresh = scoped_id(tenant, user) not in warming
         found = await run_in_threadpool(
             service.retrieve, tenant, user, query, k_sessions=config.k_sessions, k_memories=config.k_memories,
-            query_vector=qvec,
+            query_vector=qvec, refresh=fresh,
         )  # fmt: skip
         if not found.memories and not found.sessions:
             return "", 0, 0

@@ -12,6 +12,7 @@ store offers them): every statement is parameterised and names the scoped user i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -68,11 +69,21 @@ def memory_json(m: MemoryRecord) -> dict[str, Any]:
 class MemoryService:
     """Tenant-scoped memory operations for the gateway (all blocking: call them off the event loop)."""
 
-    def __init__(self, engine: MemoryEngine) -> None:
+    def __init__(self, engine: MemoryEngine, *, shards: int = 1) -> None:
+        """``shards``: engines over the same store and embedder, each user's index in one of them
+        (by a hash of the scoped id), so index upkeep for one user holds up only its shard."""
         self.engine = engine
         self.store = engine.store
+        self.engines = [engine] + [
+            MemoryEngine(engine.store, embedder=engine.embedder, config=engine.config)
+            for _ in range(max(1, shards) - 1)
+        ]
         self._users_lock = threading.Lock()
         self._known: set[str] = set()
+
+    def shard(self, sid: str) -> MemoryEngine:
+        digest = hashlib.blake2b(sid.encode("utf-8", "surrogatepass"), digest_size=4).digest()
+        return self.engines[int.from_bytes(digest, "big") % len(self.engines)]
 
     def close(self) -> None:
         self.engine.close()
@@ -114,15 +125,19 @@ class MemoryService:
         k_sessions: int,
         k_memories: int,
         query_vector: npt.NDArray[np.float32] | None = None,
+        refresh: bool = True,
     ) -> Retrieval:
+        """``refresh=False`` while the user's index upkeep (:meth:`warm`) is under way: search the
+        index as it is (the exchange being added may be missing) instead of waiting to rebuild it."""
         sid = self._require(tenant, user)
-        return self.engine.retrieve(
+        return self.shard(sid).retrieve(
             sid,
             query,
             k_sessions=k_sessions,
             k_memories=k_memories,
             include_history=True,
             query_vector=query_vector,
+            refresh=refresh,
         )
 
     async def personalize(
@@ -137,7 +152,7 @@ class MemoryService:
     ) -> MemoryBlock:
         """Retrieve, select and render the memory block (the engine's `personalize`)."""
         sid = scoped_id(tenant, check_user(user))
-        return await self.engine.personalize(sid, request, context, judge=judge, policy=policy)
+        return await self.shard(sid).personalize(sid, request, context, judge=judge, policy=policy)
 
     def record_turn(
         self,
@@ -172,7 +187,12 @@ class MemoryService:
         """Bring the user's index up to date (new sessions appended, BM25 rebuilt) off the request path."""
         sid = scoped_id(tenant, user)
         if self.store.has_user(sid):
-            self.engine.retrieve(sid, query, k_sessions=1, k_memories=1, query_vector=query_vector)
+            self.shard(sid).retrieve(sid, query, k_sessions=1, k_memories=1, query_vector=query_vector)
+
+    def refresh(self, sid: str) -> None:
+        """Bring a user's index up to date now (after a memory write or delete through the API)."""
+        if self.store.has_user(sid):
+            self.shard(sid).retrieve(sid, "refresh", k_sessions=0, k_memories=0)
 
     # --- REST API ----------------------------------------------------------------------------
 
@@ -181,7 +201,9 @@ class MemoryService:
 
     def add_memory(self, tenant: str, user: str, content: str, **fields: Any) -> MemoryRecord:
         sid = self.ensure_user(tenant, user)
-        return self.engine.add_memory(sid, content, **fields)
+        record = self.engine.add_memory(sid, content, **fields)
+        self.refresh(sid)
+        return record
 
     def memory(self, tenant: str, user: str, memory_id: int) -> MemoryRecord:
         sid = self._require(tenant, user)
@@ -198,16 +220,14 @@ class MemoryService:
         """A corrected version of a memory: same kind, category and context factor, superseding it."""
         old = self.memory(tenant, user, memory_id)
         sid = self._require(tenant, user)
-        if old.kind != "preference":
-            # facts never supersede each other: retire the old one explicitly
-            new = self.engine.add_memory(
-                sid, content, kind=old.kind, category=old.category, context_factor=old.context_factor
-            )
-            self._retire(sid, old.id, new.id)
-            return new
-        return self.engine.add_memory(
+        new = self.engine.add_memory(
             sid, content, kind=old.kind, category=old.category, context_factor=old.context_factor
         )
+        if old.kind != "preference":  # facts never supersede each other: retire the old one explicitly
+            self._retire(sid, old.id, new.id)
+            new = self.memory(tenant, user, new.id)
+        self.refresh(sid)
+        return new
 
     def _retire(self, sid: str, old_id: int, new_id: int) -> None:
         with self.store._write() as cur:
@@ -238,6 +258,7 @@ class MemoryService:
             )
             cur.execute("DELETE FROM memories WHERE user_id = ? AND id = ?", (sid, memory_id))
             cur.execute("UPDATE users SET revision = revision + 1 WHERE user_id = ?", (sid,))
+        self.refresh(sid)
 
     def delete_user(self, tenant: str, user: str) -> dict[str, int]:
         """Delete every row of the user in one transaction; return the rows deleted per table.
@@ -246,12 +267,13 @@ class MemoryService:
         """
         sid = self._require(tenant, user)
         deleted: dict[str, int] = {}
-        with self.engine._lock, self.store._write() as cur:
+        engine = self.shard(sid)
+        with engine._lock, self.store._write() as cur:
             cur.execute("UPDATE memories SET superseded_by = NULL WHERE user_id = ?", (sid,))
             for table in USER_TABLES:
                 cur.execute(f"DELETE FROM {table} WHERE user_id = ?", (sid,))  # table: a constant
                 deleted[table] = cur.rowcount
-            self.engine._indexes.pop(sid, None)
+            engine._indexes.pop(sid, None)
         with self._users_lock:
             self._known.discard(sid)
         left = self.remaining_rows(sid)
