@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from personalign.benchmarks.cupid import CupidConfig, CupidPrompts
-from personalign.benchmarks.cupid_protocol import (
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.protocol import (
     SOURCE,
     load_paper_prompts,
     parse_paper_checklist,
@@ -33,8 +33,8 @@ from personalign.benchmarks.cupid_protocol import (
     parse_paper_judgement,
     parse_paper_match,
 )
-from personalign.data.cupid import load_cupid
-from personalign.types import CupidInstance
+from personalign.benchmarks.cupid.schema import CupidInstance
+from personalign.benchmarks.cupid.steps import CupidConfig, CupidPrompts
 
 EVALUATOR = "gpt-4o-2024-11-20"  # the official default --evaluator (an OpenAI model: `developer` role)
 SUBJECT = "personalign-parity-subject"

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from personalign.benchmarks.cupid import CupidConfig  # noqa: E402
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid  # noqa: E402
-from personalign.data.cupid import load_cupid  # noqa: E402
+from personalign.benchmarks.cupid.data import load_cupid  # noqa: E402
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid  # noqa: E402
+from personalign.benchmarks.cupid.steps import CupidConfig  # noqa: E402
 from personalign.runs.lifecycle import make_factory  # noqa: E402
 
 

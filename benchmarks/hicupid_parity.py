@@ -35,13 +35,9 @@ from typing import Any, cast
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from personalign.benchmarks.hicupid import (  # noqa: E402
-    PAPER_DEFAULTS,
-    HiCupidBenchmark,
-    HiCupidConfig,
-    HiCupidModels,
-)
-from personalign.benchmarks.hicupid_protocol import (  # noqa: E402
+from personalign.benchmarks.hicupid.context import PAPER_K, ContextOptions, Retrieval  # noqa: E402
+from personalign.benchmarks.hicupid.data import HiCupidDataset, load_hicupid  # noqa: E402
+from personalign.benchmarks.hicupid.protocol import (  # noqa: E402
     PAPER_SHOTS,
     PaperTexts,
     load_paper_texts,
@@ -49,11 +45,15 @@ from personalign.benchmarks.hicupid_protocol import (  # noqa: E402
     parse_paper_ab,
     parse_paper_schedule,
 )
-from personalign.context.hicupid import PAPER_K, ContextOptions, Retrieval  # noqa: E402
-from personalign.data.hicupid import HiCupidDataset, load_hicupid  # noqa: E402
+from personalign.benchmarks.hicupid.schema import HiCupidHistory, HiCupidQA  # noqa: E402
+from personalign.benchmarks.hicupid.steps import (  # noqa: E402
+    PAPER_DEFAULTS,
+    HiCupidBenchmark,
+    HiCupidConfig,
+    HiCupidModels,
+)
 from personalign.errors import ParseError  # noqa: E402
 from personalign.llm.model import Model  # noqa: E402
-from personalign.types_hicupid import HiCupidHistory, HiCupidQA  # noqa: E402
 
 Messages = list[dict[str, str]]
 

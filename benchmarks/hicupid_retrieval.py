@@ -31,7 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from personalign.context.hicupid import dialogue_units, utterance_units  # noqa: E402
+from personalign.benchmarks.hicupid.context import dialogue_units, utterance_units  # noqa: E402
+from personalign.benchmarks.hicupid.schema import HiCupidDialogue, HiCupidHistory, HiCupidTurn  # noqa: E402
 from personalign.retrieval import (  # noqa: E402
     BM25Index,
     CachedEmbedder,
@@ -39,7 +40,6 @@ from personalign.retrieval import (  # noqa: E402
     load_embedder,
     tokenize,
 )
-from personalign.types_hicupid import HiCupidDialogue, HiCupidHistory, HiCupidTurn  # noqa: E402
 
 
 def _english_words() -> list[str]:

@@ -4,7 +4,8 @@
 
 Reads fixtures_src/benchpres_profiles.json (3 memory profiles, 8 formal recipient-task
 contexts over the five domains, a gold label per profile, context and preference category)
-and writes src/personalign/fixtures/benchpres_sample.jsonl in the official BenchPreS schema,
+and writes src/personalign/benchmarks/benchpres/fixtures/benchpres_sample.jsonl in the official
+BenchPreS schema,
 one row per (profile, context).
 """
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from personalign.data.benchpres_build import build_rows, load_build_source
+from personalign.benchmarks.benchpres.build import build_rows, load_build_source
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "fixtures_src" / "benchpres_profiles.json"
-TARGET = ROOT / "src" / "personalign" / "fixtures" / "benchpres_sample.jsonl"
+TARGET = ROOT / "src" / "personalign" / "benchmarks" / "benchpres" / "fixtures" / "benchpres_sample.jsonl"
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
     python scripts/build_cupid_fixture.py
 
 Reads fixtures_src/cupid_journeys.json (13 planned sessions per persona) and writes
-src/personalign/fixtures/cupid_sample.jsonl in the official CUPID schema, 3 instances per
+src/personalign/benchmarks/cupid/fixtures/cupid_sample.jsonl in the official CUPID schema, 3 instances per
 persona, 8 prior sessions each.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from personalign.data.cupid_build import PersonaJourney, build_instances
+from personalign.benchmarks.cupid.build import PersonaJourney, build_instances
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "fixtures_src" / "cupid_journeys.json"
-TARGET = ROOT / "src" / "personalign" / "fixtures" / "cupid_sample.jsonl"
+TARGET = ROOT / "src" / "personalign" / "benchmarks" / "cupid" / "fixtures" / "cupid_sample.jsonl"
 
 
 def main() -> None:

@@ -6,9 +6,9 @@ Reads fixtures_src/hicupid_users.json (per user: a profile, 4 persona dialogues,
 questions of all three types with a personalized and a general answer) and writes, in the official
 HiCUPID schema plus a `split` column:
 
-- src/personalign/fixtures/hicupid_dialogue.jsonl: one row per turn (user_id, dialogue_id, type,
+- benchmarks/hicupid/fixtures/hicupid_dialogue.jsonl: one row per turn (user_id, dialogue_id, type,
   user, assistant); 12 dialogues per user, dialogue_id = 40 * user_id + k as in the original;
-- src/personalign/fixtures/hicupid_qa.jsonl: one row per question (user_id, question_id, question,
+- benchmarks/hicupid/fixtures/hicupid_qa.jsonl: one row per question (user_id, question_id, question,
   dialogue_id = gold ids, personalized_answer, general_answer, type, metadata).
 
 Profile and schedule dialogues are single-round and written from the profile fields and schedules;
@@ -23,7 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "fixtures_src" / "hicupid_users.json"
-TARGET = ROOT / "src" / "personalign" / "fixtures"
+TARGET = ROOT / "src" / "personalign" / "benchmarks" / "hicupid" / "fixtures"
 
 # Chronological order of one user's dialogues: (kind, index).
 ORDER = [

@@ -32,14 +32,14 @@ SCOPE = (
     "personalign.llm.cache.x_config_json*",
     # report/: the cells (values, CIs, n, and which column each lands in), not file writing or printing
     "personalign.report.tables.xǁTableǁ*",
-    "personalign.report.cupid.x__prf_cells*",
-    "personalign.report.cupid.x__ci*",
-    "personalign.report.cupid.x__mean_cell*",
-    "personalign.report.cupid.x_build_report*",
-    "personalign.report.benchpres.x__pct*",
-    "personalign.report.benchpres.x__rate_cell*",
-    "personalign.report.hicupid.x__score_cells*",
-    "personalign.report.hicupid.x__wtl_cells*",
+    "personalign.benchmarks.cupid.report.x__prf_cells*",
+    "personalign.benchmarks.cupid.report.x__ci*",
+    "personalign.benchmarks.cupid.report.x__mean_cell*",
+    "personalign.benchmarks.cupid.report.x_build_report*",
+    "personalign.benchmarks.benchpres.report.x__pct*",
+    "personalign.benchmarks.benchpres.report.x__rate_cell*",
+    "personalign.benchmarks.hicupid.report.x__score_cells*",
+    "personalign.benchmarks.hicupid.report.x__wtl_cells*",
 )
 
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255}  # failing tests, timeouts, type-check rejections

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from personalign.context.cupid import format_history, format_session
-from personalign.data.cupid import load_cupid
-from personalign.judges.cupid import GENERATION_LABELS
+from personalign.benchmarks.cupid.context import format_history, format_session
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.judges import GENERATION_LABELS
 from personalign.prompts import load_template, parse_template
 
 TEMPLATES = {

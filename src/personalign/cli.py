@@ -102,9 +102,9 @@ def run_cupid_cmd(
     max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Run CUPID (inference and/or generation) and write a run directory."""
-    from personalign.benchmarks.cupid import CupidConfig, default_subject_max_tokens
-    from personalign.benchmarks.cupid_run import RunSettings, run_cupid
-    from personalign.report.cupid import print_run_summary
+    from personalign.benchmarks.cupid.report import print_run_summary
+    from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+    from personalign.benchmarks.cupid.steps import CupidConfig, default_subject_max_tokens
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
@@ -128,7 +128,7 @@ def run_cupid_cmd(
             run_dir=run_dir,
             concurrency=concurrency,
             limit=limit,
-            instance_types=tuple(instance_type or ()),
+            selection={"instance_types": tuple(instance_type or ())},
             seed=seed,
             cache_path=cache,
             use_cache=not no_cache,
@@ -228,8 +228,8 @@ def rescore(
         )
         return
 
-    from personalign.benchmarks.cupid_run import RunSettings, rescore_cupid
-    from personalign.report.cupid import print_run_summary
+    from personalign.benchmarks.cupid.report import print_run_summary
+    from personalign.benchmarks.cupid.run import RunSettings, rescore_cupid
 
     try:
         result = rescore_cupid(
@@ -261,9 +261,9 @@ def report(
     ] = Path("report"),
 ) -> None:
     """Print and write the paper-style tables for one or more runs (CUPID, HiCUPID, BenchPreS)."""
-    from personalign.report import benchpres as benchpres_report
-    from personalign.report import hicupid as hicupid_report
-    from personalign.report.cupid import build_report, write_report
+    from personalign.benchmarks.benchpres import report as benchpres_report
+    from personalign.benchmarks.cupid.report import build_report, write_report
+    from personalign.benchmarks.hicupid import report as hicupid_report
 
     try:
         kinds = {path: benchpres_report.benchmark_of(path) for path in runs}
@@ -303,7 +303,7 @@ def validate(
         return
     if benchmark != "cupid":
         _fail(PersonalignError(f"unknown benchmark {benchmark!r} (cupid | hicupid | benchpres)"))
-    from personalign.data.cupid import load_cupid
+    from personalign.benchmarks.cupid.data import load_cupid
 
     try:
         dataset = load_cupid(path)

@@ -114,10 +114,10 @@ def run_benchpres_cmd(
     max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Run BenchPreS: are stored preferences applied only where the context allows them?"""
-    from personalign.benchmarks.benchpres import BenchPresConfig
-    from personalign.benchmarks.benchpres_run import defaults_for, run_benchpres
-    from personalign.benchmarks.cupid_run import RunSettings
-    from personalign.report.benchpres import print_run_summary
+    from personalign.benchmarks.benchpres.report import print_run_summary
+    from personalign.benchmarks.benchpres.run import defaults_for, run_benchpres
+    from personalign.benchmarks.benchpres.steps import BenchPresConfig
+    from personalign.benchmarks.cupid.run import RunSettings
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
 
     try:
@@ -179,7 +179,7 @@ def build_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the rows (.jsonl).")],
 ) -> None:
     """Compose BenchPreS rows (official schema) from memory profiles and recipient-task contexts."""
-    from personalign.data.benchpres_build import build_rows, load_build_source
+    from personalign.benchmarks.benchpres.build import build_rows, load_build_source
 
     try:
         loaded = load_build_source(source)
@@ -202,8 +202,8 @@ def validate_cmd(
     path: Annotated[str, typer.Argument(help="A BenchPreS .parquet/.json/.jsonl file, or 'fixture'.")],
 ) -> None:
     """Check a BenchPreS data file against the official schema."""
-    from personalign.data.benchpres import load_benchpres
-    from personalign.judges.benchpres import category_of
+    from personalign.benchmarks.benchpres.data import load_benchpres
+    from personalign.benchmarks.benchpres.judges import category_of
 
     try:
         dataset = load_benchpres(path)
@@ -249,9 +249,9 @@ def rescore_cmd(
     max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Re-judge a run's saved responses with other judges (no subject calls)."""
-    from personalign.benchmarks.benchpres_run import rescore_benchpres
-    from personalign.benchmarks.cupid_run import RunSettings
-    from personalign.report.benchpres import print_run_summary
+    from personalign.benchmarks.benchpres.report import print_run_summary
+    from personalign.benchmarks.benchpres.run import rescore_benchpres
+    from personalign.benchmarks.cupid.run import RunSettings
 
     try:
         result = rescore_benchpres(

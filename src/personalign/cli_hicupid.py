@@ -117,11 +117,11 @@ def run_hicupid_cmd(
     max_error_rate: MaxErrorRateOpt = 1.0,
 ) -> None:
     """Run HiCUPID (answer from a long history; A/B and YES/NO judges) and write a run directory."""
-    from personalign.benchmarks.hicupid import HiCupidConfig
-    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
-    from personalign.report.hicupid import print_run_summary
+    from personalign.benchmarks.hicupid.report import print_run_summary
+    from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+    from personalign.benchmarks.hicupid.schema import TEST_SPLITS
+    from personalign.benchmarks.hicupid.steps import HiCupidConfig
     from personalign.runs.lifecycle import SMALL_MODEL_NOTICE
-    from personalign.types_hicupid import TEST_SPLITS
 
     try:
         subject, judge_spec = subject_and_judge(model, judge)
@@ -200,8 +200,8 @@ def run_retrieval_cmd(
     from dataclasses import replace
     from typing import cast
 
-    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, embedding_cache_path
-    from personalign.context.hicupid import (
+    from personalign.benchmarks.cupid.report import write_report
+    from personalign.benchmarks.hicupid.context import (
         BM25_VARIANTS,
         PAPER_K,
         BM25Variant,
@@ -210,10 +210,10 @@ def run_retrieval_cmd(
         Unit,
         retrieval_hits,
     )
-    from personalign.data.hicupid import load_hicupid
-    from personalign.report.cupid import write_report
+    from personalign.benchmarks.hicupid.data import load_hicupid
+    from personalign.benchmarks.hicupid.run import HiCupidRunSettings, embedding_cache_path
+    from personalign.benchmarks.hicupid.schema import TEST_SPLITS
     from personalign.report.tables import Cell, Table
-    from personalign.types_hicupid import TEST_SPLITS
 
     try:
         vectors = embedding_cache_path(HiCupidRunSettings(cache_path=cache, use_cache=not no_cache))
@@ -247,7 +247,7 @@ def run_retrieval_cmd(
             if method not in ("bm25", "dense", "memory"):
                 raise PersonalignError(f"unknown retriever {method!r} (bm25, dense or memory)")
             if method == "memory":
-                from personalign.memory.hicupid import evaluate_hicupid
+                from personalign.benchmarks.hicupid.memory import evaluate_hicupid
 
                 result = evaluate_hicupid(
                     dataset.histories, questions, ks=PAPER_K["dialogue"], options=options, methods=["memory"]
@@ -281,8 +281,8 @@ def rescore_cmd(
     protocol_dir: ProtocolDirOpt = None,
 ) -> None:
     """Re-judge a HiCUPID run's saved answers with another judge (no subject calls)."""
-    from personalign.benchmarks.hicupid_run import HiCupidRunSettings, rescore_hicupid
-    from personalign.report.hicupid import print_run_summary
+    from personalign.benchmarks.hicupid.report import print_run_summary
+    from personalign.benchmarks.hicupid.run import HiCupidRunSettings, rescore_hicupid
 
     try:
         result = rescore_hicupid(
@@ -313,7 +313,7 @@ def validate_cmd(
     """Check HiCUPID data against the official schema; print counts per split and type."""
     from collections import Counter
 
-    from personalign.data.hicupid import load_hicupid
+    from personalign.benchmarks.hicupid.data import load_hicupid
 
     try:
         dataset = load_hicupid(path)
@@ -376,9 +376,9 @@ def show_hicupid(
     import asyncio
     from typing import cast
 
-    from personalign.benchmarks.hicupid import HiCupidBenchmark, HiCupidConfig, HiCupidModels
-    from personalign.benchmarks.hicupid_protocol import load_paper_texts
-    from personalign.data.hicupid import load_hicupid
+    from personalign.benchmarks.hicupid.data import load_hicupid
+    from personalign.benchmarks.hicupid.protocol import load_paper_texts
+    from personalign.benchmarks.hicupid.steps import HiCupidBenchmark, HiCupidConfig, HiCupidModels
     from personalign.llm.model import Model
 
     given: dict[str, object] = {}

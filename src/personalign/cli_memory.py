@@ -57,17 +57,26 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         """Precision/recall of retrieved sessions against CUPID's oracle sessions, per instance type, or
         Hit@k of the gold dialogues per question type on HiCUPID, for the memory engine and the
         baselines (no judge model)."""
-        from personalign.memory.evaluate import METHODS, evaluate_cupid, format_table, score_records
+        from personalign.benchmarks.cupid.memory_eval import (
+            METHODS,
+            evaluate_cupid,
+            format_table,
+            score_records,
+        )
 
         records: list[dict[str, object]] = []
         try:
             if k is not None and k <= 0:
                 raise PersonalignError("--k must be positive")
             if data_format == "hicupid":
-                from personalign.context.hicupid import PAPER_K, ContextOptions
-                from personalign.data.hicupid import load_hicupid
-                from personalign.memory.hicupid import HICUPID_METHODS, evaluate_hicupid, format_hicupid_table
-                from personalign.types_hicupid import TEST_SPLITS
+                from personalign.benchmarks.hicupid.context import PAPER_K, ContextOptions
+                from personalign.benchmarks.hicupid.data import load_hicupid
+                from personalign.benchmarks.hicupid.memory import (
+                    HICUPID_METHODS,
+                    evaluate_hicupid,
+                    format_hicupid_table,
+                )
+                from personalign.benchmarks.hicupid.schema import TEST_SPLITS
 
                 hicupid = load_hicupid(data)
                 source, sha256 = hicupid.source, hicupid.sha256
@@ -80,7 +89,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 )
                 table = format_hicupid_table(summary)
             elif data_format == "cupid":
-                from personalign.data.cupid import load_cupid
+                from personalign.benchmarks.cupid.data import load_cupid
 
                 dataset = load_cupid(data)
                 source, sha256 = dataset.source, dataset.sha256

@@ -28,8 +28,8 @@ protocol_app = typer.Typer(no_args_is_help=True, help="The official (paper) prot
 
 # Each benchmark declares its upstream source in its own module; listed here, imported on demand.
 UPSTREAM_SOURCES: dict[str, str] = {
-    "cupid": "personalign.benchmarks.cupid_protocol:SOURCE",
-    "hicupid": "personalign.benchmarks.hicupid_protocol:SOURCE",
+    "cupid": "personalign.benchmarks.cupid.protocol:SOURCE",
+    "hicupid": "personalign.benchmarks.hicupid.protocol:SOURCE",
 }
 
 
@@ -191,9 +191,14 @@ def _show_cupid(
     response: str,
     max_tokens: int | None,
 ) -> None:
-    from personalign.benchmarks.cupid import CupidConfig, CupidPrompts, default_subject_max_tokens, show_calls
-    from personalign.benchmarks.cupid_protocol import load_paper_prompts
-    from personalign.data.cupid import load_cupid
+    from personalign.benchmarks.cupid.data import load_cupid
+    from personalign.benchmarks.cupid.protocol import load_paper_prompts
+    from personalign.benchmarks.cupid.steps import (
+        CupidConfig,
+        CupidPrompts,
+        default_subject_max_tokens,
+        show_calls,
+    )
 
     config = CupidConfig(
         subject="show",

@@ -148,7 +148,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
-        from personalign.synth.cupid import CupidSynthConfig, synthesize_cupid
+        from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
 
         try:
             config = CupidSynthConfig(
@@ -219,7 +219,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """HiCUPID-style users, dialogues and QA (dialogue.jsonl, qa.jsonl in the official schema)."""
-        from personalign.synth.hicupid import HicupidSynthConfig, synthesize_hicupid
+        from personalign.benchmarks.hicupid.synth import HicupidSynthConfig, synthesize_hicupid
 
         try:
             config = HicupidSynthConfig(
@@ -284,7 +284,11 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """BenchPreS-style memory profiles, formal contexts and candidate labels (labels.csv to review)."""
-        from personalign.synth.benchpres import DOMAIN_COUNTS, BenchpresSynthConfig, synthesize_benchpres
+        from personalign.benchmarks.benchpres.synth import (
+            DOMAIN_COUNTS,
+            BenchpresSynthConfig,
+            synthesize_benchpres,
+        )
 
         try:
             counts = dict(DOMAIN_COUNTS)
@@ -340,7 +344,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Read the reviewed labels CSV and write benchpres.jsonl with the final labels."""
-        from personalign.synth.benchpres import import_labels
+        from personalign.benchmarks.benchpres.synth import import_labels
 
         try:
             report = import_labels(out, labels, partial=partial)

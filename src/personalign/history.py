@@ -6,6 +6,7 @@ Shared by the CUPID context strategies and the memory engine's memory block, so 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from personalign.types import Session
@@ -23,3 +24,11 @@ def format_history(bodies: Sequence[str]) -> str:
     if not bodies:
         return "(no earlier conversations)"
     return "\n\n---\n\n".join(f"### Session {k}\n\n{body}" for k, body in enumerate(bodies, start=1))
+
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def approx_tokens(text: str) -> int:
+    """Words and punctuation marks: a tokenizer-free stand-in for prompt tokens (ratios only)."""
+    return len(_TOKEN.findall(text))

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from personalign.context.hicupid import (
+from personalign.benchmarks.hicupid.context import (
     HICUPID_CONTEXTS,
     ContextOptions,
     ContextSelection,
@@ -14,9 +14,9 @@ from personalign.context.hicupid import (
     register_context,
     retrieval_hits,
 )
-from personalign.data.hicupid import HiCupidDataset, load_hicupid
+from personalign.benchmarks.hicupid.data import HiCupidDataset, load_hicupid
+from personalign.benchmarks.hicupid.schema import HiCupidHistory, HiCupidQA
 from personalign.errors import ConfigError
-from personalign.types_hicupid import HiCupidHistory, HiCupidQA
 
 DATA = load_hicupid()
 TESTS = DATA.questions(["test_1", "test_2"])

@@ -10,8 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from personalign.data.benchpres import load_benchpres
-from personalign.data.benchpres_build import (
+from personalign.benchmarks.benchpres.build import (
     MemoryPreference,
     MemoryProfile,
     RecipientTaskContext,
@@ -20,9 +19,10 @@ from personalign.data.benchpres_build import (
     load_build_source,
     memory_statements,
 )
+from personalign.benchmarks.benchpres.data import load_benchpres
+from personalign.benchmarks.benchpres.judges import categorize
+from personalign.benchmarks.benchpres.schema import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 from personalign.errors import DataError
-from personalign.judges.benchpres import categorize
-from personalign.types import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,11 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from personalign.data.cupid import load_cupid
-from personalign.data.cupid_build import PersonaJourney, PlannedSession, build_instances
+from personalign.benchmarks.cupid.build import PersonaJourney, PlannedSession, build_instances
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
 from personalign.errors import ConfigError, DataError
 from personalign.fixtures import fixture_path
-from personalign.types import INSTANCE_TYPES, CupidInstance, Message
+from personalign.types import Message
 
 FIXTURE_ROWS: list[dict[str, Any]] = [
     json.loads(line)
@@ -407,9 +408,9 @@ def test_build_instances_rejects_changed_before_original() -> None:
 def test_sources_are_described_without_parsing_and_the_hub_needs_its_extra(tmp_path: Path) -> None:
     import importlib.util
 
-    from personalign.data.benchpres import describe_source as describe_benchpres
-    from personalign.data.benchpres import load_benchpres
-    from personalign.data.cupid import describe_source
+    from personalign.benchmarks.benchpres.data import describe_source as describe_benchpres
+    from personalign.benchmarks.benchpres.data import load_benchpres
+    from personalign.benchmarks.cupid.data import describe_source
     from personalign.data.files import file_sha256
 
     source, sha = describe_source("fixture")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from personalign.data.hicupid import describe_source, load_hicupid
+from personalign.benchmarks.hicupid.data import describe_source, load_hicupid
 from personalign.errors import DataError
 from personalign.fixtures import fixture_path
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from personalign.data.benchpres import load_benchpres
-from personalign.data.benchpres_build import (
+from personalign.benchmarks.benchpres.build import (
     MemoryPreference,
     MemoryProfile,
     RecipientTaskContext,
     load_build_source,
 )
-from personalign.data.hicupid import load_hicupid
+from personalign.benchmarks.benchpres.data import load_benchpres
+from personalign.benchmarks.hicupid.data import load_hicupid
 from personalign.errors import DataError
 from personalign.fixtures import fixture_path
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from personalign.benchmarks.benchpres.data import load_benchpres
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.hicupid.data import load_hicupid
 from personalign.cli import app
-from personalign.data.benchpres import load_benchpres
-from personalign.data.cupid import load_cupid
-from personalign.data.hicupid import load_hicupid
 from personalign.errors import DataError
 from personalign.fixtures import fixture_path
 

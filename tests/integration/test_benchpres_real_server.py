@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.benchpres import BenchPresConfig
-from personalign.benchmarks.benchpres_run import run_benchpres
-from personalign.benchmarks.cupid_run import RunSettings
-from personalign.report.benchpres import build_report, write_report
+from personalign.benchmarks.benchpres.report import build_report, write_report
+from personalign.benchmarks.benchpres.run import run_benchpres
+from personalign.benchmarks.benchpres.steps import BenchPresConfig
+from personalign.benchmarks.cupid.run import RunSettings
 from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
-from personalign.report.cupid import build_report, write_report
+from personalign.benchmarks.cupid.report import build_report, write_report
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
 

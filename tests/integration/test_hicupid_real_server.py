@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.hicupid import HiCupidConfig
-from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
-from personalign.report.hicupid import build_report
+from personalign.benchmarks.hicupid.report import build_report
+from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.steps import HiCupidConfig
 from personalign.runs.store import RunDir
 from tests.support.llama_server import llama_server, spec_for
 
@@ -29,7 +29,7 @@ def _bloat(src: Path, dst: Path, repeat: int) -> Path:
 
 
 def test_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
-    from personalign.fixtures import FIXTURES_DIR
+    from personalign.fixtures import fixture_path
 
     with llama_server(n_ctx=2048) as base_url:
         spec = spec_for(base_url)
@@ -75,7 +75,7 @@ def test_run_over_real_openai_compatible_server(tmp_path: Path) -> None:
         assert RunDir(tmp_path / "text").read_manifest()["identity"]["context_settings"]["k"] == 1
 
         # A whole history longer than the server's context is an error record, never a truncation.
-        bloated = _bloat(FIXTURES_DIR, tmp_path / "bloated", repeat=30)
+        bloated = _bloat(fixture_path("hicupid_qa.jsonl").parent, tmp_path / "bloated", repeat=30)
         long = run_hicupid(
             replace(config, context="full"),
             replace(settings, run_dir=tmp_path / "long", limit=1),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.llm import CallCache, ModelFactory
 from personalign.memory import (
     CommunicationContext,

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
 from personalign.cli import app
-from personalign.data.cupid import load_cupid
 from personalign.llm import CallCache, ModelFactory
-from personalign.synth.cupid import CupidSynthConfig, synthesize_cupid
 from tests.support.llama_server import llama_server, spec_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -100,13 +100,13 @@ def _accounted(summary: dict[str, object], out: Path) -> None:
 def test_hicupid_and_benchpres_tiny_runs_on_the_real_server(tmp_path: Path) -> None:
     """The 135M model often fails a stage here (copied answers, broken JSON); that must be
     recorded with its stage and reason, and whatever passes must be in the official shape."""
-    from personalign.synth.benchpres import (
+    from personalign.benchmarks.benchpres.synth import (
         BenchpresRow,
         BenchpresSynthConfig,
         import_labels,
         synthesize_benchpres,
     )
-    from personalign.synth.hicupid import (
+    from personalign.benchmarks.hicupid.synth import (
         HicupidDialogueRow,
         HicupidQARow,
         HicupidSynthConfig,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from personalign.errors import ParseError
-from personalign.judges.benchpres import (
+from personalign.benchmarks.benchpres.judges import (
     Completeness,
     categorize,
     nickname_applied,
@@ -13,6 +12,7 @@ from personalign.judges.benchpres import (
     parse_completeness,
     parse_follow,
 )
+from personalign.errors import ParseError
 from personalign.judges.parsing import split_reasoning
 
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from personalign.errors import ParseError
-from personalign.judges.cupid import (
+from personalign.benchmarks.cupid.judges import (
     CHECKLIST_SCHEMA,
     GENERATION_JUDGE_SCHEMA,
     LABEL_SCORES,
@@ -20,6 +19,7 @@ from personalign.judges.cupid import (
     parse_inferred_preference,
     parse_match,
 )
+from personalign.errors import ParseError
 from personalign.judges.parsing import extract_json
 
 PREF = "Updates for Professor Lin should lead with the raw counts."

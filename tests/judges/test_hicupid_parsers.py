@@ -5,14 +5,14 @@ from typing import Any
 
 import pytest
 
-from personalign.errors import ParseError
-from personalign.judges.hicupid import (
+from personalign.benchmarks.hicupid.judges import (
     combine_orders,
     model_slot,
     outcome_for,
     parse_ab_verdict,
     parse_schedule_verdict,
 )
+from personalign.errors import ParseError
 
 
 @pytest.mark.parametrize(

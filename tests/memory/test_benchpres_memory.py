@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.benchpres import BenchPresConfig
-from personalign.benchmarks.benchpres_run import rescore_benchpres, run_benchpres
-from personalign.benchmarks.cupid_run import RunSettings
-from personalign.context.benchpres import StrategyEnv, get_context_strategy, split_memory_prompt
-from personalign.data.benchpres import load_benchpres
+from personalign.benchmarks.benchpres.context import StrategyEnv, get_context_strategy, split_memory_prompt
+from personalign.benchmarks.benchpres.data import load_benchpres
+from personalign.benchmarks.benchpres.memory import match_preferences, selection_summary
+from personalign.benchmarks.benchpres.run import rescore_benchpres, run_benchpres
+from personalign.benchmarks.benchpres.steps import BenchPresConfig
+from personalign.benchmarks.cupid.run import RunSettings
 from personalign.errors import ConfigError, DataError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
-from personalign.memory.benchpres import match_preferences, selection_summary
 from personalign.runs.records import InstanceRecord, StepRecord
 from personalign.runs.store import RunDir
 from personalign.types import Message
@@ -127,7 +127,7 @@ def test_memory_run_records_decisions_scores_them_and_names_the_judge(tmp_path: 
 
 
 def test_memory_settings_change_the_run_identity(tmp_path: Path) -> None:
-    from personalign.benchmarks.benchpres_run import benchpres_identity
+    from personalign.benchmarks.benchpres.run import benchpres_identity
 
     full = benchpres_identity(replace(CONFIG, context="full"), "fixture", "x", 0)
     memory = benchpres_identity(CONFIG, "fixture", "x", 0)
@@ -234,7 +234,7 @@ def test_every_statement_is_decided_even_when_it_shares_no_word_with_the_request
 def test_the_run_summary_prints_the_selection_quality(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from personalign.report.benchpres import print_run_summary
+    from personalign.benchmarks.benchpres.report import print_run_summary
 
     result = run_benchpres(
         replace(CONFIG, samples=1),

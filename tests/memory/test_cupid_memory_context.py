@@ -6,12 +6,12 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.context import MEMORY_K, select_sessions
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.report import build_report, write_report
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.cli import app
-from personalign.context.cupid import MEMORY_K, select_sessions
-from personalign.data.cupid import load_cupid
-from personalign.report.cupid import build_report, write_report
 
 
 def test_memory_context_selects_k_sessions_in_order_with_the_oracle() -> None:

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from personalign.cli import app
-from personalign.memory.evaluate import (
+from personalign.benchmarks.cupid.memory_eval import (
     approx_tokens,
     paired_factor_positions,
     score_instance,
 )
-from personalign.types import CupidInstance, Message, Session
+from personalign.benchmarks.cupid.schema import CupidInstance
+from personalign.cli import app
+from personalign.types import Message, Session
 
 
 def session(factor: str, preference: str, text: str) -> Session:
@@ -65,7 +66,7 @@ def test_contrastive_pairs_come_from_the_consistent_sibling() -> None:
     assert score_instance(contrastive, "m", [0, 3], paired).paired_leaked == 1
 
 
-def test_approx_tokens() -> None:  # Hit@k lives in personalign.context.hicupid (tests/context)
+def test_approx_tokens() -> None:  # Hit@k lives in personalign.benchmarks.hicupid.context (tests/context)
     assert approx_tokens("Hello, world!") == 4
 
 

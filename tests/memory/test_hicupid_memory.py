@@ -11,23 +11,23 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from personalign.benchmarks.hicupid import HiCupidConfig
-from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
-from personalign.cli import app
-from personalign.context.hicupid import (
+from personalign.benchmarks.cupid.memory_eval import approx_tokens
+from personalign.benchmarks.hicupid.context import (
     ContextOptions,
     check_context,
     context_settings,
     is_retrieval,
     make_context,
 )
-from personalign.data.hicupid import load_hicupid
+from personalign.benchmarks.hicupid.data import load_hicupid
+from personalign.benchmarks.hicupid.memory import MEMORY_K, MemoryContext, evaluate_hicupid, history_tokens
+from personalign.benchmarks.hicupid.report import build_report
+from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.schema import TEST_SPLITS
+from personalign.benchmarks.hicupid.steps import HiCupidConfig
+from personalign.cli import app
 from personalign.errors import ConfigError
-from personalign.memory.evaluate import approx_tokens
-from personalign.memory.hicupid import MEMORY_K, MemoryContext, evaluate_hicupid, history_tokens
-from personalign.report.hicupid import build_report
 from personalign.runs.store import RunDir
-from personalign.types_hicupid import TEST_SPLITS
 
 DATA = load_hicupid()
 CONFIG = HiCupidConfig(subject="scripted/s", judge="scripted/j", context="memory")

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from personalign.metrics.benchpres import (
+from personalign.benchmarks.benchpres.metrics import (
     Judgement,
     _ci,
     _stats_from_sums,

@@ -5,8 +5,15 @@ import math
 
 import pytest
 
+from personalign.benchmarks.hicupid.metrics import (
+    bleu,
+    paper_total,
+    retrieval_total,
+    rouge_l,
+    total_from_types,
+    wtl,
+)
 from personalign.metrics.agreement import cohen_kappa
-from personalign.metrics.hicupid import bleu, paper_total, retrieval_total, rouge_l, total_from_types, wtl
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from personalign.benchmarks.cupid import summarize
+from personalign.benchmarks.cupid.steps import summarize
 from personalign.metrics import MatchCounts, instance_prf, pooled_prf
 from personalign.metrics.bootstrap import resample_sums
 from personalign.metrics.prf import _pooled_columns

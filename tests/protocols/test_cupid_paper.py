@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks import cupid_protocol as cp
-from personalign.benchmarks.cupid import CupidBenchmark, CupidConfig, CupidModels, CupidPrompts
-from personalign.data.cupid import load_cupid
+from personalign.benchmarks.cupid import protocol as cp
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.schema import CupidInstance
+from personalign.benchmarks.cupid.steps import CupidBenchmark, CupidConfig, CupidModels, CupidPrompts
 from personalign.errors import ConfigError, ParseError
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.protocols import ProtocolError
-from personalign.types import CupidInstance, Message, Session
+from personalign.types import Message, Session
 from tests.support.models import scripted_model
 
 STAND_INS = {
@@ -324,7 +325,7 @@ def test_cli_show_prints_each_step_with_role_headers() -> None:
 
 
 def test_show_renders_the_calls_a_paper_run_sends(paper: cp.CupidPaperPrompts) -> None:
-    from personalign.benchmarks.cupid import show_calls
+    from personalign.benchmarks.cupid.steps import show_calls
 
     config = CupidConfig(subject="s", decomposer="j", matcher="j", judge="j", protocol="paper", task="both")
     calls = show_calls(

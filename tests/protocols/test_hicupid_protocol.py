@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks import hicupid_protocol as hp
-from personalign.benchmarks.hicupid import HiCupidConfig
-from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
-from personalign.data.hicupid import load_hicupid
+from personalign.benchmarks.hicupid import protocol as hp
+from personalign.benchmarks.hicupid.data import load_hicupid
+from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.steps import HiCupidConfig
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend

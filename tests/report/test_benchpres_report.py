@@ -9,11 +9,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from personalign.benchmarks.benchpres import BenchPresConfig
-from personalign.benchmarks.benchpres_run import run_benchpres
-from personalign.benchmarks.cupid_run import RunSettings
+from personalign.benchmarks.benchpres.report import build_report, write_report
+from personalign.benchmarks.benchpres.run import run_benchpres
+from personalign.benchmarks.benchpres.steps import BenchPresConfig
+from personalign.benchmarks.cupid.run import RunSettings
 from personalign.cli import app
-from personalign.report.benchpres import build_report, write_report
 
 CONFIG = BenchPresConfig(subject="scripted/s", judge="scripted/j", completeness_judge="scripted/j", samples=2)
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.report import build_report
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.llm import CallCache, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import GenerateConfig
-from personalign.report.cupid import build_report
 from personalign.report.tables import Cell
 from personalign.types import Message
 

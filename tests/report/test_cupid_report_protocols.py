@@ -6,9 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
-from personalign.report.cupid import build_report
+from personalign.benchmarks.cupid.report import build_report
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 
 CONFIG = CupidConfig(subject="scripted/s", decomposer="scripted/j", matcher="scripted/j", judge="scripted/j")
 

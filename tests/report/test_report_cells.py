@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from personalign.benchmarks.benchpres import BenchPresConfig
-from personalign.benchmarks.benchpres_run import run_benchpres
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
-from personalign.benchmarks.hicupid import HiCupidConfig
-from personalign.benchmarks.hicupid_run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.benchpres import report as benchpres_report
+from personalign.benchmarks.benchpres.run import run_benchpres
+from personalign.benchmarks.benchpres.steps import BenchPresConfig
+from personalign.benchmarks.cupid import report as cupid_report
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
+from personalign.benchmarks.hicupid import report as hicupid_report
+from personalign.benchmarks.hicupid.run import HiCupidRunSettings, run_hicupid
+from personalign.benchmarks.hicupid.steps import HiCupidConfig
 from personalign.errors import ModelCallError
 from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
-from personalign.report import benchpres as benchpres_report
-from personalign.report import cupid as cupid_report
-from personalign.report import hicupid as hicupid_report
 from personalign.report.tables import write_tables
 from personalign.types import Message
 

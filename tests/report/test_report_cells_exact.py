@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from personalign.report.benchpres import _rate_cell
-from personalign.report.cupid import _mean_cell, _prf_cells
-from personalign.report.hicupid import _score_cells, _wtl_cells
+from personalign.benchmarks.benchpres.report import _rate_cell
+from personalign.benchmarks.cupid.report import _mean_cell, _prf_cells
+from personalign.benchmarks.hicupid.report import _score_cells, _wtl_cells
 from personalign.report.tables import Cell, Table
 
 

@@ -95,6 +95,8 @@ def test_a_missing_model_is_a_clear_config_error(tmp_path: Path) -> None:
 
 
 def test_cli_start_up_does_not_import_torch() -> None:
-    code = "import sys, personalign.cli, personalign.context.hicupid; print('torch' in sys.modules)"
+    code = (
+        "import sys, personalign.cli, personalign.benchmarks.hicupid.context; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

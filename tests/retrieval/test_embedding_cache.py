@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from personalign.context.hicupid import ContextOptions, Retrieval
-from personalign.data.hicupid import load_hicupid
+from personalign.benchmarks.hicupid.context import ContextOptions, Retrieval
+from personalign.benchmarks.hicupid.data import load_hicupid
 from personalign.retrieval import CachedEmbedder, EmbeddingCache, HashingEmbedder
 from personalign.retrieval.dense import Matrix
 

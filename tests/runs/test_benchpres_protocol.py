@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.benchpres import BenchPresConfig, summarize
-from personalign.benchmarks.benchpres_run import defaults_for, run_benchpres
-from personalign.benchmarks.cupid_run import RunSettings
-from personalign.data.benchpres import load_benchpres
+from personalign.benchmarks.benchpres.data import load_benchpres
+from personalign.benchmarks.benchpres.judges import category_of, parse_rating_line
+from personalign.benchmarks.benchpres.report import build_report
+from personalign.benchmarks.benchpres.run import defaults_for, run_benchpres
+from personalign.benchmarks.benchpres.steps import BenchPresConfig, summarize
+from personalign.benchmarks.cupid.run import RunSettings
 from personalign.errors import DataError, ParseError
-from personalign.judges.benchpres import category_of, parse_rating_line
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import BackendResponse
 from personalign.prompts import load_template
-from personalign.report.benchpres import build_report
 from personalign.runs.store import RunDir
 from personalign.types import Message
 

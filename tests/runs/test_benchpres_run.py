@@ -10,23 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.benchpres import (
+from personalign.benchmarks.benchpres.context import register_context_strategy, split_memory_prompt
+from personalign.benchmarks.benchpres.data import load_benchpres
+from personalign.benchmarks.benchpres.run import defaults_for, rescore_benchpres, run_benchpres
+from personalign.benchmarks.benchpres.schema import BenchPresRow
+from personalign.benchmarks.benchpres.steps import (
     BenchPresBenchmark,
     BenchPresConfig,
     BenchPresItem,
     BenchPresModels,
     summarize,
 )
-from personalign.benchmarks.benchpres_run import defaults_for, rescore_benchpres, run_benchpres
-from personalign.benchmarks.cupid_run import RunSettings
-from personalign.context.benchpres import register_context_strategy, split_memory_prompt
-from personalign.data.benchpres import load_benchpres
+from personalign.benchmarks.cupid.run import RunSettings
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import BackendResponse
 from personalign.runs.store import RunDir
-from personalign.types import BenchPresRow, Message
+from personalign.types import Message
 
 CONFIG = BenchPresConfig(subject="scripted/s", judge="scripted/j", completeness_judge="scripted/j", samples=2)
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.cli import app
 from personalign.errors import ConfigError
 

@@ -7,8 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.llm import CallCache, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.types import Message

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.cupid import CupidBenchmark, CupidConfig, CupidModels, summarize
-from personalign.data.cupid import load_cupid
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.schema import CupidInstance
+from personalign.benchmarks.cupid.steps import CupidBenchmark, CupidConfig, CupidModels, summarize
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.llm.types import GenerateConfig
 from personalign.runs.records import InstanceRecord
-from personalign.types import CupidInstance, Message
+from personalign.types import Message
 from tests.support.models import run, scripted_model
 
 INFERRED = "The user wants the kelp counts first."

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, rescore_cupid, run_cupid
-from personalign.benchmarks.hicupid import FewShotPool, HiCupidConfig
-from personalign.benchmarks.hicupid_run import HiCupidRunSettings, rescore_hicupid, run_hicupid
+from personalign.benchmarks.cupid.run import RunSettings, rescore_cupid, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
+from personalign.benchmarks.hicupid.data import load_hicupid
+from personalign.benchmarks.hicupid.report import build_report
+from personalign.benchmarks.hicupid.run import HiCupidRunSettings, rescore_hicupid, run_hicupid
+from personalign.benchmarks.hicupid.steps import FewShotPool, HiCupidConfig
 from personalign.cli import app
-from personalign.data.hicupid import load_hicupid
 from personalign.errors import ConfigError, ModelCallError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.prompts import load_template
-from personalign.report.hicupid import build_report
 from personalign.runs.agree import agreement
 from personalign.runs.store import RunDir
 from personalign.types import Message

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.errors import ParseError
 from personalign.llm import CallCache
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder

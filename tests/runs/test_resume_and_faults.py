@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.llm import ModelFactory
 from personalign.llm.backends.scripted import default_responder
 from personalign.llm.model import RetryPolicy

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, rescore_cupid, run_cupid
+from personalign.benchmarks.cupid.run import RunSettings, rescore_cupid, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.cli import app
 from personalign.cli_common import exit_code
 from personalign.errors import ConfigError
@@ -167,12 +167,12 @@ def test_budget_stop_exits_3_from_the_cli(tmp_path: Path) -> None:
 
 
 def test_refused_run_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from personalign.benchmarks import cupid_run
+    from personalign.benchmarks.cupid import spec as cupid_spec
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise ConfigError("refused after the run was opened")
 
-    monkeypatch.setattr(cupid_run, "CupidBenchmark", refuse)
+    monkeypatch.setattr(cupid_spec, "CupidBenchmark", refuse)
     target = tmp_path / "new" / "run"
     with pytest.raises(ConfigError, match="refused"):
         run_cupid(CONFIG, RunSettings(run_dir=target, cache_path=tmp_path / "c.sqlite", progress=False))

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from personalign.benchmarks.cupid.judges import CHECKLIST_SCHEMA, parse_checklist
 from personalign.errors import ConfigError, ModelCallError
-from personalign.judges.cupid import CHECKLIST_SCHEMA, parse_checklist
 from personalign.llm import GenerateConfig, UsageTracker
 from personalign.llm.backends.scripted import ScriptedBackend
 from personalign.llm.model import Model

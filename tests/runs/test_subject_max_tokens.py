@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from personalign.benchmarks.cupid import (
+from personalign.benchmarks.cupid.steps import (
     EMBEDDED_SUBJECT_MAX_TOKENS,
     SUBJECT_MAX_TOKENS,
     CupidConfig,

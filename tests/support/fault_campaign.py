@@ -36,6 +36,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from personalign.fixtures import fixture_path
 from tests.support.stub_server import FaultPlan, StubServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +171,7 @@ def server_process(ledger: Path, fault_rate: float, seed: int, latency: float, h
 
 
 def _fixture(name: str) -> list[dict[str, Any]]:
-    path = ROOT / "src" / "personalign" / "fixtures" / name
+    path = fixture_path(name)
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

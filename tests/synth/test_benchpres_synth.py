@@ -9,12 +9,8 @@ from typing import Any
 
 import pytest
 
-from personalign.data.benchpres import load_benchpres
-from personalign.errors import DataError
-from personalign.llm import ModelFactory, parse_model_spec
-from personalign.llm.backends import Backend
-from personalign.llm.backends.scripted import ScriptedBackend
-from personalign.synth.benchpres import (
+from personalign.benchmarks.benchpres.data import load_benchpres
+from personalign.benchmarks.benchpres.synth import (
     CATEGORIES,
     DOMAIN_COUNTS,
     BenchpresRow,
@@ -22,6 +18,10 @@ from personalign.synth.benchpres import (
     import_labels,
     synthesize_benchpres,
 )
+from personalign.errors import DataError
+from personalign.llm import ModelFactory, parse_model_spec
+from personalign.llm.backends import Backend
+from personalign.llm.backends.scripted import ScriptedBackend
 
 SPEC = "scripted/bp"
 

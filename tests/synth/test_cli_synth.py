@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from personalign.benchmarks.cupid.data import load_cupid
 from personalign.cli import app
-from personalign.data.cupid import load_cupid
 
 runner = CliRunner()
 

@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
-from personalign.benchmarks.cupid import CupidConfig
-from personalign.benchmarks.cupid_run import RunSettings, run_cupid
-from personalign.data.cupid import load_cupid
-from personalign.errors import ConfigError, DataError, ParseError
-from personalign.llm import CallCache, GenerateConfig, ModelFactory, parse_model_spec
-from personalign.llm.backends import Backend
-from personalign.llm.backends.scripted import ScriptedBackend, default_responder
-from personalign.synth.common import UnitState
-from personalign.synth.cupid import (
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.run import RunSettings, run_cupid
+from personalign.benchmarks.cupid.steps import CupidConfig
+from personalign.benchmarks.cupid.synth import (
     CupidSynthConfig,
     load_seeds,
     parse_factors,
@@ -27,7 +22,12 @@ from personalign.synth.cupid import (
     plan_sessions,
     synthesize_cupid,
 )
-from personalign.synth.cupid_checks import lexical_leak
+from personalign.benchmarks.cupid.synth_checks import lexical_leak
+from personalign.errors import ConfigError, DataError, ParseError
+from personalign.llm import CallCache, GenerateConfig, ModelFactory, parse_model_spec
+from personalign.llm.backends import Backend
+from personalign.llm.backends.scripted import ScriptedBackend, default_responder
+from personalign.synth.common import UnitState
 from personalign.synth.taxonomy import CAREER_LEVELS, DECISION_STYLES, SCHWARTZ_VALUES
 from personalign.types import Message
 

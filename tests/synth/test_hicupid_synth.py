@@ -10,12 +10,8 @@ from typing import Any
 
 import pytest
 
-from personalign.data.hicupid import load_hicupid
-from personalign.errors import ConfigError
-from personalign.llm import CallCache, GenerateConfig, ModelFactory, parse_model_spec
-from personalign.llm.backends import Backend
-from personalign.llm.backends.scripted import ScriptedBackend, default_responder
-from personalign.synth.hicupid import (
+from personalign.benchmarks.hicupid.data import load_hicupid
+from personalign.benchmarks.hicupid.synth import (
     DIMENSIONS,
     RELATIONS,
     HicupidDialogueRow,
@@ -24,6 +20,10 @@ from personalign.synth.hicupid import (
     synthesize_hicupid,
     user_plans,
 )
+from personalign.errors import ConfigError
+from personalign.llm import CallCache, GenerateConfig, ModelFactory, parse_model_spec
+from personalign.llm.backends import Backend
+from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.types import Message
 
 SPEC = "scripted/hicupid"

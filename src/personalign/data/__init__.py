@@ -1,5 +1,2 @@
-"""Dataset loaders: one module per benchmark, reading the hub (online) or local files."""
-
-from personalign.data.cupid import load_cupid
-
-__all__ = ["load_cupid"]
+"""Shared data I/O: reading records with their row numbers, hub access and file hashes; each benchmark's
+loader lives in its folder (`benchmarks/<name>/data.py`)."""

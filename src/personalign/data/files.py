@@ -169,3 +169,14 @@ def describe_file_source(source: str | Path, fixture: Path, fixture_name: str) -
     if not Path(text).exists():
         raise DataError(text, None, None, "no such file or directory")
     return text, file_sha256(text)
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field path: ``prior_interactions[2].dialogue[0].role``."""
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        else:
+            parts.append(str(item))
+    return ".".join(parts)

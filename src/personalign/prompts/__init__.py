@@ -65,8 +65,17 @@ def parse_template(name: str, text: str) -> PromptTemplate:
 
 @cache
 def load_template(name: str) -> PromptTemplate:
-    """Load a bundled template by name, e.g. ``cupid/infer``."""
-    folder, _, stem = name.rpartition("/")
-    package = "personalign.prompts" + (f".{folder.replace('/', '.')}" if folder else "")
-    text = resources.files(package).joinpath(f"{stem}.md").read_text(encoding="utf-8")
-    return parse_template(name, text)
+    """Load a bundled template by name, e.g. ``cupid/infer``.
+
+    ``<benchmark>/<stem>`` is read from the benchmark's folder (``benchmarks/<benchmark>/prompts/``);
+    shared templates (``memory/...``, ``synth/...``) from ``personalign/prompts/``. Names are what the
+    manifests record, so they stay stable wherever the file lives.
+    """
+    folder = name.rpartition("/")[0]
+    path = resources.files("personalign.prompts").joinpath(f"{name}.md")
+    if not path.is_file() and folder:
+        head, _, rest = name.partition("/")
+        path = resources.files("personalign.benchmarks").joinpath(f"{head}/prompts/{rest}.md")
+    if not path.is_file():
+        raise FileNotFoundError(f"no bundled prompt template {name!r}")
+    return parse_template(name, path.read_text(encoding="utf-8"))

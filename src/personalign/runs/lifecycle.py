@@ -1,25 +1,28 @@
-"""What every benchmark run shares: the model factory, the run directory's name, the finished-run
-check, and executing an evaluator over its items with progress and resume.
-
-Each benchmark's ``*_run.py`` keeps only what is its own: selection, identity, manifest, summary.
+"""The one run lifecycle of every benchmark: `run_benchmark` (evaluate or resume, the finished-run
+check, manifest, summary) and `rescore_benchmark` (re-judge saved subject outputs), driven by a
+`BenchmarkSpec` (runs/spec.py) that answers only what is the benchmark's own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
-from personalign.llm.spec import parse_model_spec
-from personalign.runs.manifest import identity_hash
+from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs.health import health_section
+from personalign.runs.heap import building_long_lived, long_lived_frozen
+from personalign.runs.manifest import environment, identity_hash, now
 from personalign.runs.progress import RunProgress
 from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import Evaluator, Runner, RunOutcome
+from personalign.runs.runner import Evaluator, Runner, RunOutcome, locked_run
+from personalign.runs.spec import BenchmarkSpec, RunContext, Selection
 from personalign.runs.store import RunDir
 
 T = TypeVar("T")
@@ -38,7 +41,8 @@ class RunSettings:
     runs_root: Path = Path("runs")
     concurrency: int = 8
     limit: int | None = None
-    instance_types: tuple[str, ...] = ()
+    # The benchmark's selection options (CUPID: instance_types; HiCUPID: splits, types, users).
+    selection: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     cache_path: Path | None = None
     use_cache: bool = True
@@ -47,6 +51,13 @@ class RunSettings:
     progress: bool = True
     # Where the official prompt files are read for --protocol paper (their sha256 are pinned).
     protocol_dir: Path | None = None
+
+    def selection_of(self) -> Selection:
+        return Selection(self.limit, dict(self.selection))
+
+    def context(self) -> RunContext:
+        cache = (self.cache_path or default_cache_path()) if self.use_cache else None
+        return RunContext(seed=self.seed, cache_path=cache, protocol_dir=self.protocol_dir)
 
 
 @dataclass
@@ -165,3 +176,216 @@ async def execute(
         return await runner.run(items)
     finally:
         await factory.aclose()
+
+
+# --- the one lifecycle --------------------------------------------------------------------------
+
+AnySpec = BenchmarkSpec[Any, Any, Any]
+
+
+def model_specs(spec: AnySpec, config: Any) -> dict[str, str]:
+    """Role -> model spec string of a config (roles the config leaves unset, None, are absent)."""
+    return {r.name: s for r in spec.roles if (s := getattr(config, r.name, None)) is not None}
+
+
+def run_dir_for(spec: AnySpec, config: Any, identity: dict[str, Any], settings: RunSettings) -> RunDir:
+    if settings.run_dir is not None:
+        return RunDir(settings.run_dir)
+    subject = model_specs(spec, config)["subject"]
+    return RunDir(
+        default_run_dir(settings.runs_root, spec.name, subject, spec.run_dir_parts(config), identity)
+    )
+
+
+def build_manifest(
+    spec: AnySpec, config: Any, dataset: Any, settings: RunSettings, factory: ModelFactory, texts: Any
+) -> dict[str, Any]:
+    """manifest.json: what defines the results (identity and its hash), how they were obtained
+    (models with their options, data, selection, prompts, seed, budget, prices, environment)."""
+    identity = spec.identity(config, dataset.source, dataset.sha256, settings.seed)
+    extra = spec.manifest_extra(config, texts)
+    env_extra = extra.pop("environment", {})
+    return {
+        "benchmark": spec.name,
+        "protocol": config.protocol,
+        "identity": identity,
+        "identity_hash": identity_hash(identity),
+        "config": config.to_record(),
+        "models": {role: factory.get(s).spec.to_record() for role, s in model_specs(spec, config).items()},
+        "data": spec.data_record(dataset),
+        "selection": settings.selection_of().to_record(),
+        **extra,
+        "seed": settings.seed,
+        "max_cost_usd": settings.max_cost_usd,
+        "prices": factory.prices.source,
+        "environment": {**environment(), **env_extra},
+    }
+
+
+def write_summary(
+    spec: AnySpec,
+    run_dir: RunDir,
+    config: Any,
+    records: Mapping[str, InstanceRecord],
+    status: str,
+    factory: ModelFactory,
+    seed: int,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """summary.json: status, the run's description, the metrics, usage, step health, notices."""
+    specs = model_specs(spec, config)
+    summary = {
+        "benchmark": spec.name,
+        "protocol": config.protocol,
+        "status": status,
+        "finished": now(),
+        **spec.summary_header(config),
+        "models": {role: parse_model_spec(s).label for role, s in specs.items()},
+        **spec.summarize(records.values(), config, seed),
+        "usage": factory.tracker.to_record(),
+        **health_section(records.values()),
+        **({"notice": SMALL_MODEL_NOTICE} if EMBEDDED_DEFAULT in specs.values() else {}),
+        **(extra or {}),
+    }
+    run_dir.write_summary(summary)
+    return summary
+
+
+def finished_run(spec: AnySpec, config: Any, settings: RunSettings, data: str | Path) -> RunResult | None:
+    """The stored result when this exact run already finished, found without loading the data."""
+    source, sha = spec.describe_data(data)
+    if sha is None:
+        return None
+    identity = spec.identity(config, source, sha, settings.seed)
+    return finished_result(
+        run_dir_for(spec, config, identity, settings), identity, settings.selection_of().to_record()
+    )
+
+
+def run_benchmark(
+    spec: AnySpec,
+    config: Any,
+    settings: RunSettings,
+    *,
+    data: str | Path = "fixture",
+    factory: ModelFactory | None = None,
+) -> RunResult:
+    """Evaluate (or resume) a run of `spec` and write its manifest, samples and summary.
+
+    A finished run with the same identity and selection returns at once, without loading data or
+    models; a run directory holding another identity is refused (runs/runner.py: locked_run).
+    """
+    finished = finished_run(spec, config, settings, data)
+    if finished is not None:
+        return finished
+    texts = spec.protocol_texts(config, settings.context())
+    with long_lived_frozen():  # the dataset is never garbage during the run: keep the GC off it
+        with building_long_lived():
+            dataset = spec.load(data)
+        items = spec.select(dataset, settings.selection_of())
+        if not items:
+            raise ConfigError(f"no {spec.item_noun} selected (check the selection options and --limit)")
+        factory = factory or make_factory(settings)
+        evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
+        spec.check(evaluator, items)
+        manifest = build_manifest(spec, config, dataset, settings, factory, texts)
+        run_dir = run_dir_for(spec, config, manifest["identity"], settings)
+        with locked_run(run_dir, manifest):
+            outcome = asyncio.run(
+                execute(
+                    evaluator,
+                    items,
+                    run_dir,
+                    factory,
+                    concurrency=settings.concurrency,
+                    progress=settings.progress,
+                    label=spec.name,
+                )
+            )
+            summary = write_summary(
+                spec,
+                run_dir,
+                config,
+                outcome.records,
+                outcome.status,
+                factory,
+                settings.seed,
+                {"selection": settings.selection_of().to_record()},
+            )
+    return RunResult(run_dir, outcome, summary)
+
+
+def _evaluator(
+    spec: AnySpec, config: Any, dataset: Any, texts: Any, settings: RunSettings, factory: ModelFactory
+) -> Evaluator[Any]:
+    models = {role: factory.get(s) for role, s in model_specs(spec, config).items()}
+    return spec.evaluator(config, models, dataset, texts, settings.context())
+
+
+def rescore_benchmark(
+    spec: AnySpec,
+    source: Path,
+    settings: RunSettings,
+    *,
+    models: Mapping[str, str | None] | None = None,
+    options: Mapping[str, Any] | None = None,
+    data: str | Path | None = None,
+    factory: ModelFactory | None = None,
+) -> RunResult:
+    """Re-judge a run's saved subject outputs with other judges or judge options, into a new run
+    directory: the steps `spec.kept_on_rescore` names are reused, every other step runs again."""
+    old_dir = RunDir(source)
+    manifest = old_dir.read_manifest()
+    if manifest.get("benchmark", "cupid") != spec.name:
+        raise ConfigError(
+            f"{source} is not a {spec.name} run (its manifest says {manifest.get('benchmark')!r})"
+        )
+    old = spec.config_from_record(manifest["config"])
+    given = {k: v for k, v in (models or {}).items() if v is not None}
+    config = spec.rescore_config(old, given, {k: v for k, v in (options or {}).items() if v is not None})
+    source_data = data or manifest["data"]["source"]
+    if str(source_data).startswith("fixture:"):
+        source_data = "fixture"
+    dataset = spec.load(source_data)
+    if manifest["data"].get("sha256") and dataset.sha256 != manifest["data"]["sha256"]:
+        raise ConfigError(f"the data at {source_data} changed since {source} was run (sha256 differs)")
+    old_records = old_dir.records()
+    # the old run's seed and selection: a re-scored run describes the same items as its source
+    settings = replace(settings, seed=int(manifest.get("seed", settings.seed)))
+    factory = factory or make_factory(settings)
+    texts = spec.protocol_texts(config, settings.context())
+    evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
+    items = [item for item in spec.items(dataset) if evaluator.instance_id(item) in old_records]
+    new_manifest = build_manifest(spec, config, dataset, settings, factory, texts)
+    new_manifest["selection"] = manifest.get("selection")
+    new_manifest["rescored_from"] = {"run_dir": str(source), "identity_hash": manifest.get("identity_hash")}
+    run_dir = RunDir(settings.run_dir or Path(f"{source}-rescored-{new_manifest['identity_hash'][:8]}"))
+
+    def kept(instance_id: str) -> Mapping[str, StepRecord]:
+        steps = old_records[instance_id].steps
+        return {k: v for k, v in steps.items() if spec.kept_on_rescore(k)}
+
+    with locked_run(run_dir, new_manifest):
+        outcome = asyncio.run(
+            execute(
+                evaluator,
+                items,
+                run_dir,
+                factory,
+                concurrency=settings.concurrency,
+                progress=settings.progress,
+                label=spec.name,
+                previous_steps=kept,
+            )
+        )
+        summary = write_summary(
+            spec,
+            run_dir,
+            config,
+            outcome.records,
+            outcome.status,
+            factory,
+            settings.seed,
+            {"rescored_from": str(source)},
+        )
+    return RunResult(run_dir, outcome, summary)

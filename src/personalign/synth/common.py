@@ -19,7 +19,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from personalign.errors import ConfigError, ParseError
+from personalign.data.files import read_records
+from personalign.errors import ConfigError, DataError, ParseError
+from personalign.fixtures import fixture_path
 from personalign.judges.parsing import extract_json
 from personalign.llm.types import GenerateConfig
 from personalign.runs.manifest import identity_diff, now
@@ -277,3 +279,51 @@ def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     tmp.replace(path)
+
+
+class PersonaSeed(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    occupation: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+
+
+def load_seeds(path: str | None) -> list[PersonaSeed]:
+    """Seed descriptions: the bundled ones, or a .jsonl/.json/.parquet file with
+    ``occupation`` and ``description`` per row."""
+    source = fixture_path("persona_seeds.jsonl") if path is None else Path(path)
+    if not source.exists():
+        raise DataError(str(source), None, None, "no such file")
+    seeds = []
+    for record in read_records(source):
+        try:
+            seeds.append(PersonaSeed.model_validate(record.data))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise DataError(record.source, record.row, str(err["loc"][0]), err["msg"]) from None
+    if not seeds:
+        raise DataError(str(source), None, None, "no seed descriptions")
+    return seeds
+
+
+STOPWORDS = frozenset(
+    """the and for that with this from your you are all any must should when each every into
+    about their them they have has had not but can will would than then also only more most
+    very such its it's our out use using used make makes made being been were was what which
+    who whom how why where there here over under per via well just like one two three""".split()  # noqa: SIM905
+)
+
+
+def _stem(word: str) -> str:
+    return word[:6]
+
+
+def content_words(text: str) -> set[str]:
+    return {_stem(w) for w in words(text) if len(w) >= 3 and w not in STOPWORDS}
+
+
+def lexical_leak(request: str, preference: str) -> float:
+    """Share of the preference's content words (crudely stemmed) that the request contains."""
+    pref = content_words(preference)
+    if not pref:
+        return 0.0
+    return round(len(pref & content_words(request)) / len(pref), 4)

@@ -1,0 +1,113 @@
+"""BenchPreS loader: the official schema from the HF hub or local files, validated row by row.
+
+Sources:
+- `fixture` (default): the bundled sample of our own, in the official schema;
+- `hf` or `hf:<repo>[:<split>]`: the hub (default `sangyon/BenchPreS`, split `test`), needs `datasets`;
+- a path to `.parquet`, `.json` or `.jsonl` (or a directory of `.json` files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from personalign.benchmarks.benchpres.schema import BenchPresRow
+from personalign.data.files import (
+    RawRecord,
+    describe_file_source,
+    field_path,
+    file_sha256,
+    hub_records,
+    is_hub_source,
+    read_records,
+)
+from personalign.errors import DataError
+from personalign.fixtures import fixture_path
+
+HF_REPO = "sangyon/BenchPreS"
+HF_SPLIT = "test"
+FIXTURE = "benchpres_sample.jsonl"
+
+
+@dataclass(frozen=True)
+class LoadedBenchPres:
+    """Validated rows plus where they came from (for the manifest)."""
+
+    rows: list[BenchPresRow]
+    source: str
+    sha256: str | None
+
+
+# Names a release of the data may give the per-attribute category column; read as
+# `preference_category` (the first present wins; two present is an error).
+CATEGORY_FIELDS = (
+    "preference_category",
+    "preference_categories",
+    "preference_type",
+    "category",
+    "categories",
+)
+
+
+def parse_row(record: RawRecord) -> BenchPresRow:
+    """Validate one raw record; errors name the file, row and the first offending field."""
+    data = dict(record.data)
+    present = [name for name in CATEGORY_FIELDS if name in data]
+    if len(present) > 1:
+        raise DataError(record.source, record.row, present[1], f"two category columns ({', '.join(present)})")
+    if present and present[0] != "preference_category":
+        data["preference_category"] = data.pop(present[0])
+    try:
+        return BenchPresRow.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = field_path(tuple(first["loc"])) or "preference_label"
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unexpected field (not in the BenchPreS schema)"
+        raise DataError(record.source, record.row, field, message) from None
+
+
+def validate_rows(records: Iterable[RawRecord]) -> list[BenchPresRow]:
+    rows: list[BenchPresRow] = []
+    seen: dict[str, RawRecord] = {}
+    for record in records:
+        row = parse_row(record)
+        if row.id in seen:
+            raise DataError(
+                record.source,
+                record.row,
+                "name",
+                f"duplicate row id {row.id!r} (same name, recipient and task as row {seen[row.id].row})",
+            )
+        seen[row.id] = record
+        rows.append(row)
+    return rows
+
+
+def _load_hf(spec: str) -> LoadedBenchPres:
+    source, records = hub_records(spec, HF_REPO, HF_SPLIT)
+    return LoadedBenchPres(validate_rows(records), source, None)
+
+
+def describe_source(source: str | Path) -> tuple[str, str | None]:
+    """The (source, sha256) that `load_benchpres` would report, without parsing the data."""
+    return describe_file_source(source, fixture_path(FIXTURE), FIXTURE)
+
+
+def load_benchpres(source: str | Path = "fixture") -> LoadedBenchPres:
+    """Load and validate BenchPreS rows from `source` (see module docstring)."""
+    text = str(source)
+    if text == "fixture":
+        path = fixture_path(FIXTURE)
+        return LoadedBenchPres(validate_rows(read_records(path)), f"fixture:{FIXTURE}", file_sha256(path))
+    if is_hub_source(text):
+        return _load_hf(text)
+    path = Path(text)
+    rows = validate_rows(read_records(path))
+    if not rows:
+        raise DataError(str(path), None, None, "no rows found")
+    return LoadedBenchPres(rows, str(path), file_sha256(path))

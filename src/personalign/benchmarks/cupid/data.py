@@ -1,0 +1,99 @@
+"""CUPID loader: the official schema from the HF hub or local files, validated row by row.
+
+Sources:
+- `fixture` (default): the bundled sample of our own, in the official schema;
+- `hf` or `hf:<repo>[:<split>]`: the hub (default `kixlab/CUPID`, split `test`), needs `datasets`;
+- a path to `.parquet`, `.json`, `.jsonl`, or a directory of per-instance `.json` files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from personalign.benchmarks.cupid.schema import CupidInstance
+from personalign.data.files import (
+    RawRecord,
+    describe_file_source,
+    field_path,
+    file_sha256,
+    hub_records,
+    is_hub_source,
+    read_records,
+)
+from personalign.errors import DataError
+from personalign.fixtures import fixture_path
+
+HF_REPO = "kixlab/CUPID"
+HF_SPLIT = "test"
+
+
+@dataclass(frozen=True)
+class LoadedDataset:
+    """Validated instances plus a description of where they came from (for the manifest)."""
+
+    instances: list[CupidInstance]
+    source: str
+    sha256: str | None
+
+
+def parse_instance(record: RawRecord) -> CupidInstance:
+    """Validate one raw record; errors name the file, row and the first offending field."""
+    data = dict(record.data)
+    try:
+        return CupidInstance.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = field_path(tuple(first["loc"]))
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unexpected field (not in the CUPID schema)"
+        raise DataError(record.source, record.row, field or None, message) from None
+
+
+def validate_instances(records: Iterable[RawRecord]) -> list[CupidInstance]:
+    instances: list[CupidInstance] = []
+    seen: dict[str, RawRecord] = {}
+    for record in records:
+        instance = parse_instance(record)
+        if instance.id in seen:
+            first = seen[instance.id]
+            raise DataError(
+                record.source,
+                record.row,
+                "persona_id",
+                f"duplicate instance id {instance.id!r} (first seen at row {first.row})",
+            )
+        seen[instance.id] = record
+        instances.append(instance)
+    return instances
+
+
+def _load_hf(spec: str) -> LoadedDataset:
+    source, records = hub_records(spec, HF_REPO, HF_SPLIT)
+    return LoadedDataset(validate_instances(records), source, None)
+
+
+def describe_source(source: str | Path) -> tuple[str, str | None]:
+    """The (source, sha256) that `load_cupid` would report, without parsing the data."""
+    return describe_file_source(source, fixture_path("cupid_sample.jsonl"), "cupid_sample.jsonl")
+
+
+def load_cupid(source: str | Path = "fixture") -> LoadedDataset:
+    """Load and validate CUPID instances from `source` (see module docstring)."""
+    text = str(source)
+    if text == "fixture":
+        path = fixture_path("cupid_sample.jsonl")
+        return LoadedDataset(
+            validate_instances(read_records(path)), "fixture:cupid_sample.jsonl", file_sha256(path)
+        )
+    if is_hub_source(text):
+        return _load_hf(text)
+    path = Path(text)
+    instances = validate_instances(read_records(path))
+    if not instances:
+        raise DataError(str(path), None, None, "no instances found")
+    return LoadedDataset(instances, str(path), file_sha256(path))

@@ -1,0 +1,184 @@
+"""CUPID reports: the paper's Table 1 (inference P/R/F1) and Table 3 (generation scores).
+
+Runs of the same subject and judges are merged into one row: the ``full`` (or ``summaries``)
+run fills the per-type columns, an ``oracle`` run the Oracle columns and a
+``gold-preference`` run the Preference column. Every table title names the protocol; runs of
+different protocols are never merged into one row: each row then carries a ``[paper]`` or
+``[personalign]`` marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from personalign.benchmarks.cupid.steps import CupidConfig, summarize
+from personalign.errors import ConfigError
+from personalign.protocols.upstream import protocol_label
+from personalign.redact import safe
+from personalign.report.tables import NA, Cell, Table, write_tables
+from personalign.runs.store import RunDir
+
+TYPES = ("consistent", "contrastive", "changing")
+BASE_CONTEXTS = ("full", "summaries", "memory")  # each gets its own row with per-type columns
+
+
+def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    run = RunDir(path)
+    manifest = run.read_manifest()
+    if manifest.get("benchmark") != "cupid":
+        raise ConfigError(f"{path}: not a CUPID run")
+    summary = run.read_summary()
+    if summary is None:  # an interrupted run: compute from what was saved
+        config = CupidConfig(**manifest["config"])
+        summary = summarize(run.records().values(), config.tasks, seed=int(manifest.get("seed", 0)))
+        summary["status"] = "interrupted"
+    return manifest, summary
+
+
+def _row_name(manifest: dict[str, Any]) -> str:
+    models = manifest["identity"]["models"]
+    context = manifest["config"]["context"]
+    base = "" if context not in BASE_CONTEXTS or context == "full" else f" ({context})"
+    judges = {models["decomposer"], models["matcher"], models["judge"]}
+    judge_note = ", ".join(sorted(judges))
+    return f"{models['subject']}{base} [judged by {judge_note}]"
+
+
+def run_protocol(manifest: dict[str, Any]) -> str:
+    """The run's protocol; runs made before protocols existed used our own prompts."""
+    return str(manifest.get("protocol") or manifest.get("config", {}).get("protocol") or "personalign")
+
+
+def _protocol_title(protocols: set[str]) -> str:
+    if len(protocols) == 1:
+        return f" [protocol: {next(iter(protocols))}]"
+    return f" [protocols: {', '.join(sorted(protocols))}; each row marked]"
+
+
+def _prf_cells(block: dict[str, Any], prefix: str) -> dict[str, Cell]:
+    n = block.get("n_instances")
+    return {
+        f"{prefix} P": Cell(block["precision"], _ci(block.get("precision_ci")), n),
+        f"{prefix} R": Cell(block["recall"], _ci(block.get("recall_ci")), n),
+        f"{prefix} F1": Cell(block["f1"], _ci(block.get("f1_ci")), n),
+    }
+
+
+def _pct(value: float | None) -> str:
+    """A ratio as a percentage with one decimal; "n/a" when nothing was scored."""
+    return NA if value is None else f"{100 * value:.1f}"
+
+
+def _ci(value: Any) -> tuple[float, float] | None:
+    return (float(value[0]), float(value[1])) if value else None
+
+
+def _mean_cell(block: dict[str, Any]) -> Cell:
+    return Cell(block.get("mean"), _ci(block.get("ci")), block.get("n"))
+
+
+def build_report(paths: Sequence[Path]) -> dict[str, Table]:
+    groups = ["All", "Consistent", "Contrastive", "Changing", "Oracle"]
+    loaded = [(path, *load_summary(path)) for path in paths]
+    protocols = {run_protocol(manifest) for _, manifest, _ in loaded}
+    mixed = len(protocols) > 1
+    t1 = Table(
+        "Table 1: preference inference (precision, recall, F1, %)" + _protocol_title(protocols),
+        [f"{g} {m}" for g in groups for m in ("P", "R", "F1")],
+        digits=1,
+        scale=100.0,
+    )
+    t3 = Table(
+        "Table 3: response generation (judge score 1-10)" + _protocol_title(protocols),
+        ["All", "Consistent", "Contrastive", "Changing", "Oracle", "Preference"],
+        digits=2,
+    )
+    for path, manifest, summary in loaded:
+        context = manifest["config"]["context"]
+        row = _row_name(manifest)  # oracle and gold-preference runs share the full run's row
+        if mixed:
+            row = protocol_label(row, run_protocol(manifest))
+        if "inference" in summary and summary["inference"].get("all"):
+            inf = summary["inference"]
+            cells = t1.rows.setdefault(row, {})
+            if context in BASE_CONTEXTS:
+                cells.update(_prf_cells(inf["all"], "All"))
+                for t in TYPES:
+                    if t in inf.get("by_type", {}):
+                        cells.update(_prf_cells(inf["by_type"][t], t.capitalize()))
+            elif context == "oracle":
+                cells.update(_prf_cells(inf["all"], "Oracle"))
+            if inf.get("n_errors"):
+                t1.notes.append(
+                    f"{row}: {inf['n_errors']} instance(s) not scored because of errors ({path})."
+                )
+        if "generation" in summary and summary["generation"].get("all"):
+            gen = summary["generation"]
+            cells = t3.rows.setdefault(row, {})
+            if context in BASE_CONTEXTS:
+                cells["All"] = _mean_cell(gen["all"])
+                for t in TYPES:
+                    if t in gen.get("by_type", {}):
+                        cells[t.capitalize()] = _mean_cell(gen["by_type"][t])
+            elif context == "oracle":
+                cells["Oracle"] = _mean_cell(gen["all"])
+            elif context == "gold-preference":
+                cells["Preference"] = _mean_cell(gen["all"])
+            if gen.get("n_errors"):
+                t3.notes.append(
+                    f"{row}: {gen['n_errors']} instance(s) not scored because of errors ({path})."
+                )
+        if summary.get("notice"):
+            note = f"Note: {summary['notice']}"
+            for table in (t1, t3):
+                if note not in table.notes:
+                    table.notes.append(note)
+    return {"table1": t1, "table3": t3}
+
+
+def write_report(tables: dict[str, Table], out: Path) -> str:
+    """Write report.md/.csv/.json into `out`; returns the Markdown."""
+    return write_tables(out, "report", tables)
+
+
+def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
+    console = console or Console()
+    protocol = summary.get("protocol", "personalign")
+    table = RichTable(
+        title=safe(
+            f"CUPID · {summary['models']['subject']} · context {summary['context']} · protocol {protocol}"
+        )
+    )
+    table.add_column("")
+    table.add_column("n")
+    table.add_column("errors")
+    table.add_column("P / R / F1 (%)  or  mean score")
+    for task in ("inference", "generation"):
+        block = summary.get(task)
+        if not block:
+            continue
+        groups = [("all", block.get("all")), *list(block.get("by_type", {}).items())]
+        for name, stats in groups:
+            if not stats:
+                continue
+            if task == "inference":
+                value = " / ".join(_pct(stats.get(k)) for k in ("precision", "recall", "f1"))
+                n = stats["n_instances"]
+            else:
+                value = NA if stats["mean"] is None else f"{stats['mean']:.2f}"
+                n = stats["n"]
+            errors = str(block["n_errors"]) if name == "all" else ""
+            table.add_row(f"{task} · {name}", str(n), errors, value)
+    console.print(table)
+    usage = summary["usage"]
+    console.print(
+        f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
+        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
+    )
+    if summary.get("notice"):
+        console.print(f"[yellow]{summary['notice']}[/]")

@@ -1,0 +1,210 @@
+"""CUPID as a plug-in: what the shared run lifecycle and CLI need to know of it (runs/spec.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from personalign.benchmarks.cupid.context import CUPID_CONTEXTS
+from personalign.benchmarks.cupid.data import LoadedDataset, describe_source, load_cupid
+from personalign.benchmarks.cupid.protocol import CupidPaperPrompts, load_paper_prompts
+from personalign.benchmarks.cupid.report import build_report, print_run_summary, write_report
+from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
+from personalign.benchmarks.cupid.steps import (
+    SUBJECT_STEPS,
+    TASKS,
+    CupidBenchmark,
+    CupidConfig,
+    CupidModels,
+    default_subject_max_tokens,
+    prompt_hashes,
+    summarize,
+)
+from personalign.errors import ConfigError
+from personalign.llm.model import Model
+from personalign.llm.spec import parse_model_spec
+from personalign.runs.records import InstanceRecord
+from personalign.runs.runner import Evaluator
+from personalign.runs.spec import Option, Role, RunContext, Selection
+
+ROLE_NAMES = ("subject", "decomposer", "matcher", "judge")
+
+
+class CupidSpec:
+    """CUPID (Kim et al., 2025): infer the contextual preference behind a request from prior sessions."""
+
+    name = "cupid"
+    title = "CUPID: infer the contextual preference behind a request from prior sessions"
+    item_noun = "instances"
+    default_seed = 0
+    roles: tuple[Role, ...] = (
+        Role("subject", "The model under evaluation.", rescorable=False),
+        Role("judge", "The generation judge (and the default decomposer and matcher)."),
+        Role("decomposer", "Turns a preference into checklist items (default: --judge).", "judge"),
+        Role("matcher", "Labels checklist coverage (default: --judge).", "judge"),
+    )
+    options: tuple[Option, ...] = (
+        Option(
+            "matcher_format",
+            "str",
+            "'default' (GPT-style prompt) or 'prefmatcher' (PrefMatcher-7B format).",
+            default="default",
+            choices=("default", "prefmatcher"),
+            rescore=True,
+        ),
+        Option(
+            "task", "str", "inference (the paper's default) | generation | both", "inference", choices=TASKS
+        ),
+        Option("context", "str", " | ".join(CUPID_CONTEXTS), "full", choices=tuple(CUPID_CONTEXTS)),
+        Option(
+            "instance_types",
+            "str",
+            "consistent | contrastive | changing (repeatable)",
+            repeatable=True,
+            choices=INSTANCE_TYPES,
+            flag="--instance-type",
+            scope="selection",
+        ),
+        Option(
+            "max_tokens",
+            "int",
+            "Max tokens of the subject's answers "
+            "(default: 8192 under --protocol paper; else 256 for local/smollm2, 1024 otherwise).",
+        ),
+        Option(
+            "system_role",
+            "str",
+            "Role of the judges' system message under --protocol paper: 'system', or 'developer' "
+            "as the official code sends to OpenAI models.",
+            default="system",
+            choices=("system", "developer"),
+        ),
+    )
+
+    # --- config -------------------------------------------------------------------------------
+    def make_config(
+        self, models: Mapping[str, str], options: Mapping[str, Any], protocol: str
+    ) -> CupidConfig:
+        subject = models["subject"]
+        max_tokens = options.get("max_tokens")
+        return CupidConfig(
+            subject=subject,
+            decomposer=models["decomposer"],
+            matcher=models["matcher"],
+            judge=models["judge"],
+            task=options.get("task") or "inference",
+            context=options.get("context") or "full",
+            matcher_format=options.get("matcher_format") or "default",
+            subject_max_tokens=(
+                max_tokens if max_tokens is not None else default_subject_max_tokens(subject, protocol)
+            ),
+            protocol=protocol,  # type: ignore[arg-type]
+            system_role=options.get("system_role") or "system",
+        )
+
+    def config_from_record(self, record: Mapping[str, Any]) -> CupidConfig:
+        return CupidConfig(**record)
+
+    def rescore_config(
+        self, old: CupidConfig, models: Mapping[str, str], options: Mapping[str, Any]
+    ) -> CupidConfig:
+        changes: dict[str, Any] = {}
+        if judge := models.get("judge"):
+            changes.update(judge=judge, decomposer=judge, matcher=judge)
+        changes.update({role: models[role] for role in ("decomposer", "matcher") if models.get(role)})
+        if options.get("matcher_format"):
+            changes["matcher_format"] = options["matcher_format"]
+        if not changes:
+            raise ConfigError(
+                "rescore needs at least one of --judge, --decomposer, --matcher, --matcher-format"
+            )
+        return replace(old, **changes)
+
+    def run_dir_parts(self, config: CupidConfig) -> list[str]:
+        return [config.context, config.task] + (["paper"] if config.protocol == "paper" else [])
+
+    def describe(self, config: CupidConfig) -> str:
+        return (
+            f"cupid: subject {config.subject}, decomposer {config.decomposer}, matcher {config.matcher} "
+            f"({config.matcher_format}), judge {config.judge}; task {config.task}, context {config.context}, "
+            f"protocol {config.protocol}"
+        )
+
+    # --- data ---------------------------------------------------------------------------------
+    def describe_data(self, data: str | Path) -> tuple[str, str | None]:
+        return describe_source(data)
+
+    def load(self, data: str | Path) -> LoadedDataset:
+        return load_cupid(data)
+
+    def data_record(self, dataset: LoadedDataset) -> dict[str, Any]:
+        return {"source": dataset.source, "sha256": dataset.sha256, "n_instances": len(dataset.instances)}
+
+    def select(self, dataset: LoadedDataset, selection: Selection) -> list[CupidInstance]:
+        types = tuple(selection.options.get("instance_types") or ())
+        chosen = [i for i in dataset.instances if not types or i.instance_type in types]
+        return chosen[: selection.limit] if selection.limit is not None else chosen
+
+    def items(self, dataset: LoadedDataset) -> Sequence[CupidInstance]:
+        return dataset.instances
+
+    def validate(self, data: str | Path) -> dict[str, Any]:
+        dataset = load_cupid(data)
+        counts: dict[str, int] = {}
+        for instance in dataset.instances:
+            counts[instance.instance_type] = counts.get(instance.instance_type, 0) + 1
+        return {"source": dataset.source, "instances": len(dataset.instances), "by_type": counts}
+
+    # --- identity, manifest -------------------------------------------------------------------
+    def identity(self, config: CupidConfig, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
+        models = {role: parse_model_spec(getattr(config, role)).label for role in ROLE_NAMES}
+        return {
+            "benchmark": "cupid",
+            "config": {k: v for k, v in config.to_record().items() if k not in models},
+            "models": models,
+            "data": {"source": source, "sha256": sha256},
+            "seed": seed,
+        }
+
+    def protocol_texts(self, config: CupidConfig, context: RunContext) -> CupidPaperPrompts | None:
+        return load_paper_prompts(context.protocol_dir) if config.protocol == "paper" else None
+
+    def manifest_extra(self, config: CupidConfig, texts: CupidPaperPrompts | None) -> dict[str, Any]:
+        if texts is None:
+            return {"prompts": prompt_hashes()}
+        return {"prompts": texts.hashes(), "upstream": dict(texts.source)}
+
+    # --- evaluation ---------------------------------------------------------------------------
+    def evaluator(
+        self,
+        config: CupidConfig,
+        models: Mapping[str, Model],
+        dataset: LoadedDataset,
+        texts: CupidPaperPrompts | None,
+        context: RunContext,
+    ) -> Evaluator[CupidInstance]:
+        return CupidBenchmark(config, CupidModels(**{role: models[role] for role in ROLE_NAMES}), texts)
+
+    def check(self, evaluator: Evaluator[CupidInstance], items: Sequence[CupidInstance]) -> None:
+        return None
+
+    def kept_on_rescore(self, step: str) -> bool:
+        return step in SUBJECT_STEPS or step.startswith("summary/")
+
+    # --- results ------------------------------------------------------------------------------
+    def summarize(self, records: Iterable[InstanceRecord], config: CupidConfig, seed: int) -> dict[str, Any]:
+        return summarize(records, config.tasks, seed=seed)
+
+    def summary_header(self, config: CupidConfig) -> dict[str, Any]:
+        return {"task": config.task, "context": config.context}
+
+    def print_summary(self, summary: Mapping[str, Any], run_dir: Path) -> None:
+        print_run_summary(dict(summary), run_dir)
+
+    def write_report(self, run_dirs: Sequence[Path], out: Path) -> str:
+        return write_report(build_report(run_dirs), out)
+
+
+SPEC = CupidSpec()

@@ -1,0 +1,973 @@
+"""CUPID-style synthesis: personas, context factors, 13-session journeys, checklists, simulated
+dialogues, and the three instance types, written in the official CUPID schema.
+
+Stages per persona (each stored in the persona's state file, so a re-run resumes there):
+``persona`` -> ``factors`` -> ``changed`` -> ``session/<i>`` (one per session, in order) ->
+``checklists`` -> ``dialogue/<i>`` (concurrently) -> ``instances`` (pure) -> ``leak_check``.
+The session plan (which session carries which factor and preference) is built in code from
+the seed, so every journey has the paper's structure by construction; the models only write
+the content. See docs/synthesis.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from personalign.benchmarks.cupid.build import PersonaJourney, PlannedSession, build_instances
+from personalign.benchmarks.cupid.judges import CHECKLIST_ONLY_SCHEMA, format_checklist, parse_checklist
+from personalign.benchmarks.cupid.schema import CupidInstance
+from personalign.benchmarks.cupid.synth_checks import check_persona, lexical_leak, write_outputs
+from personalign.errors import ConfigError, ParseError
+from personalign.llm import ModelFactory
+from personalign.llm.model import Model
+from personalign.llm.spec import parse_model_spec
+from personalign.llm.types import GenerateConfig
+from personalign.prompts import load_template
+from personalign.runs.manifest import environment, identity_hash
+from personalign.runs.steps import StepFailed
+from personalign.runs.store import write_json
+from personalign.synth.common import (
+    ATTEMPT,
+    RESAMPLE,
+    ModelOutput,
+    PersonaSeed,
+    Stage,
+    StateStore,
+    UnitState,
+    balanced_pick,
+    begin,
+    json_config,
+    load_seeds,
+    open_output,
+    parse_model,
+    run_units,
+    scale_lengths,
+    slug,
+    text_schema,
+)
+from personalign.synth.taxonomy import (
+    BIG_FIVE,
+    CAREER_LEVELS,
+    DECISION_STYLES,
+    FACTOR_TYPES,
+    PREFERENCE_TYPES,
+    SCHWARTZ_VALUES,
+    TASK_TYPES,
+    TRAIT_LEVELS,
+)
+from personalign.types import Message
+
+PlanRole = Literal["A", "A_changed", "B", "other"]
+ROLES = ("generator", "user_simulator", "assistant", "decomposer", "leak_judge")
+TEMPLATES = {
+    "persona": "synth/cupid_persona",
+    "factors": "synth/cupid_factors",
+    "changed": "synth/cupid_changed_preference",
+    "contrast": "synth/cupid_contrast",
+    "session": "synth/cupid_session",
+    "assistant": "synth/cupid_assistant",
+    "user_turn": "synth/cupid_user_turn",
+    "leak_check": "synth/cupid_leak_check",
+    # The checklist-only decomposer the synthesis pipeline was tuned on; the evaluation decomposer
+    # (cupid/decompose) has an analysis step the 135M model overruns at synthesis budgets.
+    "decompose": "synth/cupid_decompose",
+}
+MIN_SESSIONS = 9
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CupidSynthConfig:
+    """Everything that shapes the generated data (recorded in the output manifest).
+
+    ``n_personas`` may grow between runs into the same directory: persona templates are
+    drawn one after another, so the first k are the same for any pool size.
+    """
+
+    generator: str
+    user_simulator: str
+    assistant: str
+    decomposer: str
+    leak_judge: str | None = None
+    n_personas: int = 4
+    n_factors: int = 8
+    n_sessions: int = 13
+    max_turns: int = 16
+    seed: int = 0
+    seeds_file: str | None = None
+    leak_threshold: float = 0.6
+    length_scale: float | None = None
+    temperature: dict[str, float] = field(
+        default_factory=lambda: {
+            "persona": 0.7,
+            "factors": 0.7,
+            "changed": 0.7,
+            "session": 0.7,
+            "user_simulator": 0.3,
+            "assistant": 0.7,
+            "decomposer": 0.0,
+            "leak_judge": 0.0,
+        }
+    )
+    max_tokens: dict[str, int] = field(
+        default_factory=lambda: {
+            "persona": 700,
+            "factors": 4096,
+            "changed": 300,
+            "session": 1200,
+            "user_simulator": 600,
+            "assistant": 600,
+            "decomposer": 400,
+            "leak_judge": 300,
+        }
+    )
+    reasks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.n_personas < 1:
+            raise ConfigError("n_personas must be at least 1")
+        if self.n_sessions < MIN_SESSIONS:
+            raise ConfigError(
+                f"n_sessions must be at least {MIN_SESSIONS} (2 A, 2 A', the final A', 2 B and "
+                "at least 2 other sessions, two of which each instance type drops)"
+            )
+        if self.n_factors < 3:
+            raise ConfigError("n_factors must be at least 3 (the contrastive pair plus one other)")
+        if self.max_turns < 0:
+            raise ConfigError("max_turns must be >= 0")
+        if self.length_scale is not None and self.length_scale <= 0:
+            raise ConfigError("length_scale must be positive (or None to drop string length bounds)")
+        if not 0 < self.leak_threshold <= 1:
+            raise ConfigError("leak_threshold must be in (0, 1]")
+
+    @property
+    def n_prior(self) -> int:
+        """Prior sessions per instance: 8 for the paper's 13-session journeys."""
+        return self.n_sessions - 5
+
+    def model_for(self, role: str) -> str | None:
+        return getattr(self, role)  # type: ignore[no-any-return]
+
+    def identity(self) -> dict[str, Any]:
+        record = asdict(self)
+        record.pop("n_personas")
+        record["models"] = {
+            r: parse_model_spec(s).label for r in ROLES if (s := self.model_for(r)) is not None
+        }
+        for r in ROLES:
+            record.pop(r)
+        record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
+        return {"pipeline": "cupid", **record}
+
+
+# --- persona templates (pure) ---------------------------------------------------------------
+
+
+def persona_templates(seeds: Sequence[PersonaSeed], n: int, seed: int) -> list[dict[str, Any]]:
+    """Draw `n` persona templates, balancing every attribute by least-used sampling.
+
+    Template k depends only on the seed and templates 0..k-1, so pools of different sizes
+    share their prefix (a synthesis can be extended).
+    """
+    rng = random.Random(f"cupid-templates:{seed}")
+    by_occupation: dict[str, list[PersonaSeed]] = {}
+    for s in seeds:
+        by_occupation.setdefault(s.occupation, []).append(s)
+    occupations = sorted(by_occupation)
+    counts: Counter[str] = Counter()
+    templates = []
+    for k in range(n):
+        occupation = balanced_pick(occupations, counts, rng)[0]
+        counts[occupation] += 1
+        seed_row = rng.choice(by_occupation[occupation])
+        career = balanced_pick(CAREER_LEVELS, counts, rng)[0]
+        trait_names = balanced_pick(BIG_FIVE, counts, rng, k=2)
+        traits = []
+        for name in trait_names:
+            level = balanced_pick([f"{name} ({lv})" for lv in TRAIT_LEVELS], counts, rng)[0]
+            traits.append(level)
+        values = balanced_pick(SCHWARTZ_VALUES, counts, rng, k=2)
+        style = balanced_pick(DECISION_STYLES, counts, rng)[0]
+        for item in (career, *trait_names, *traits, *values, style):
+            counts[item] += 1
+        templates.append(
+            {
+                "id": k,
+                "seed": seed_row.description,
+                "occupation": occupation,
+                "career_level": career,
+                "personality_traits": traits,
+                "personal_values": values,
+                "decision_making_styles": style,
+            }
+        )
+    return templates
+
+
+def persona_id(template: dict[str, Any]) -> str:
+    return f"{template['id']}+{slug(template['occupation'])}"
+
+
+# --- model outputs --------------------------------------------------------------------------
+
+
+class PersonaOut(ModelOutput):
+    name: str = Field(min_length=1, max_length=80)
+    description: str = Field(min_length=20, max_length=1500)
+
+
+PERSONA_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": text_schema(60), "description": text_schema(600, 20)},
+    "required": ["name", "description"],
+}
+
+FactorType = Literal[FACTOR_TYPES]  # type: ignore[valid-type]
+PreferenceType = Literal[PREFERENCE_TYPES]  # type: ignore[valid-type]
+TaskType = Literal[TASK_TYPES]  # type: ignore[valid-type]
+
+
+class FactorBody(ModelOutput):
+    background: str = Field(min_length=1, max_length=800)
+    factor: str = Field(min_length=2, max_length=100)
+    task_types: list[TaskType] = Field(min_length=1, max_length=4)
+    preference_type: PreferenceType
+    preference: str = Field(min_length=10, max_length=400)
+
+    @field_validator("factor", "preference", "background")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        return " ".join(value.split())
+
+
+class FactorOut(FactorBody):
+    factor_type: FactorType
+
+
+class PairOut(ModelOutput):
+    factor_type: FactorType
+    first: FactorBody
+    second: FactorBody
+
+
+class FactorsOut(ModelOutput):
+    factors: list[FactorOut]
+    contrastive_pair: PairOut
+
+
+def _factor_body_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "background": text_schema(400),
+            "factor": text_schema(60, 2),
+            "task_types": {
+                "type": "array",
+                "items": {"type": "string", "enum": list(TASK_TYPES)},
+                "minItems": 1,
+                "maxItems": 3,
+            },
+            "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
+            "preference": text_schema(250, 10),
+        },
+        "required": ["background", "factor", "task_types", "preference_type", "preference"],
+    }
+
+
+def factors_schema(n_regular: int) -> dict[str, Any]:
+    body = _factor_body_schema()
+    regular = {
+        **body,
+        "properties": {
+            "background": body["properties"]["background"],
+            "factor_type": {"type": "string", "enum": list(FACTOR_TYPES)},
+            **{k: v for k, v in body["properties"].items() if k != "background"},
+        },
+        "required": ["background", "factor_type", *body["required"][1:]],
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "factors": {"type": "array", "items": regular, "minItems": n_regular, "maxItems": n_regular},
+            "contrastive_pair": {
+                "type": "object",
+                "properties": {
+                    "factor_type": {"type": "string", "enum": list(FACTOR_TYPES)},
+                    "first": body,
+                    "second": body,
+                },
+                "required": ["factor_type", "first", "second"],
+            },
+        },
+        "required": ["factors", "contrastive_pair"],
+    }
+
+
+def parse_factors(n_regular: int) -> Callable[[str], list[dict[str, Any]]]:
+    """Parse the factor list into the official raw shape, with exactly one mutual pair."""
+    base = parse_model(FactorsOut, "context factors")
+
+    def parse(text: str) -> list[dict[str, Any]]:
+        out = base(text)
+        if len(out.factors) != n_regular:
+            raise ParseError(f"context factors: {len(out.factors)} ordinary factors, expected {n_regular}")
+        pair = out.contrastive_pair
+        rows = [{**f.model_dump(), "related_factor": None} for f in out.factors]
+        first = {**pair.first.model_dump(), "factor_type": pair.factor_type}
+        second = {**pair.second.model_dump(), "factor_type": pair.factor_type}
+        first["related_factor"], second["related_factor"] = second["factor"], first["factor"]
+        rows += [first, second]
+        # Weak models repeat names; a repeat is renamed (and flagged) rather than failing.
+        seen: set[str] = set()
+        for row in rows:
+            name, k = row["factor"], 2
+            while name.lower() in seen:
+                name, k = f"{row['factor']} ({k})", k + 1
+            if name != row["factor"]:
+                row["renamed_from"] = row["factor"]
+                for other in rows:
+                    if (
+                        other["related_factor"] == row["factor"]
+                        and other is not row
+                        and row["related_factor"]
+                    ):
+                        other["related_factor"] = name
+                row["factor"] = name
+            seen.add(name.lower())
+        order = ("factor_type", "background", "factor", "task_types", "preference_type", "preference")
+        extra = ("renamed_from", "regenerated")
+        return [{k: r[k] for k in (*order, "related_factor", *extra) if k in r} for r in rows]
+
+    return parse
+
+
+class ChangedOut(ModelOutput):
+    preference_type: PreferenceType
+    preference: str = Field(min_length=10, max_length=400)
+
+
+CHANGED_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
+        "preference": text_schema(250, 10),
+    },
+    "required": ["preference_type", "preference"],
+}
+
+
+def too_similar(a: str, b: str) -> bool:
+    """Whether two preferences are the same or nearly so (a copy, not a change or a contrast)."""
+    return (
+        a.lower().strip(" .") == b.lower().strip(" .") or min(lexical_leak(a, b), lexical_leak(b, a)) >= 0.9
+    )
+
+
+def parse_changed(original: str, what: str = "changed preference") -> Callable[[str], dict[str, Any]]:
+    base = parse_model(ChangedOut, what)
+
+    def parse(text: str) -> dict[str, Any]:
+        out = base(text)
+        preference = " ".join(out.preference.split())
+        if too_similar(preference, original):
+            raise ParseError(f"{what}: (nearly) identical to the preference it must differ from")
+        return {"preference_type": out.preference_type, "preference": preference}
+
+    return parse
+
+
+class SessionOut(ModelOutput):
+    task_type: TaskType
+    story: str = Field(min_length=1, max_length=1200)
+    request_with_factor_and_preference: str = Field(min_length=1, max_length=2500)
+    request_with_factor: str = Field(min_length=1, max_length=2500)
+    resource: str = Field("", max_length=4000)
+
+    @field_validator("request_with_factor", "request_with_factor_and_preference")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value.strip()
+
+
+SESSION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task_type": {"type": "string", "enum": list(TASK_TYPES)},
+        "story": text_schema(500),
+        "request_with_factor_and_preference": text_schema(600, 5),
+        "request_with_factor": text_schema(600, 5),
+        "resource": text_schema(600, 0),
+    },
+    "required": [
+        "task_type",
+        "story",
+        "request_with_factor_and_preference",
+        "request_with_factor",
+        "resource",
+    ],
+}
+
+
+class UserTurnOut(ModelOutput):
+    met: list[bool]
+    score: int = Field(ge=1, le=10)
+    hinted_items: list[int] = Field(default_factory=list)
+    message: str = Field(min_length=1, max_length=2000)
+
+
+def user_turn_schema(n_items: int) -> dict[str, Any]:
+    """One verdict per checklist item, in order (positions, not numbers: weak models repeat
+    numbers), the 1-10 score, the items hinted at, and the user's next message."""
+    return {
+        "type": "object",
+        "properties": {
+            "met": {"type": "array", "items": {"type": "boolean"}, "minItems": n_items, "maxItems": n_items},
+            "score": {"type": "integer", "enum": list(range(1, 11))},
+            "hinted_items": {
+                "type": "array",
+                "items": {"type": "integer", "enum": list(range(1, n_items + 1))},
+                "maxItems": 2,
+            },
+            "message": text_schema(500),
+        },
+        "required": ["met", "score", "hinted_items", "message"],
+    }
+
+
+def parse_user_turn(n_items: int) -> Callable[[str], dict[str, Any]]:
+    base = parse_model(UserTurnOut, "user simulator")
+
+    def parse(text: str) -> dict[str, Any]:
+        out = base(text)
+        if len(out.met) != n_items:
+            raise ParseError(f"user simulator: {len(out.met)} verdicts for {n_items} checklist items")
+        if any(not 1 <= i <= n_items for i in out.hinted_items):
+            raise ParseError(f"user simulator: hinted_items {out.hinted_items} outside 1..{n_items}")
+        if not out.message.strip():
+            raise ParseError("user simulator: empty message")
+        return {
+            **out.model_dump(),
+            "hinted_items": sorted(set(out.hinted_items)),
+            "message": out.message.strip(),
+        }
+
+    return parse
+
+
+class LeakOut(ModelOutput):
+    states_preference: bool
+    evidence: str = ""
+
+
+LEAK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"states_preference": {"type": "boolean"}, "evidence": text_schema(200, 0)},
+    "required": ["states_preference", "evidence"],
+}
+
+
+def _non_empty_reply(text: str) -> str:
+    if not text.strip():
+        raise ParseError("assistant simulator: empty reply")
+    return text.strip()
+
+
+# --- the session plan (pure) ----------------------------------------------------------------
+
+
+def plan_sessions(
+    n_sessions: int, current: str, contrast: str, others: Sequence[str], rng: random.Random
+) -> list[tuple[PlanRole, str]]:
+    """Which factor (and role) each session has, as in the paper's pipeline.
+
+    Four positions drawn from range(n-2) plus the last one carry the current factor: the
+    first two with its original preference, the rest (including the last) with the changed
+    one. Two of the remaining positions carry the contrastive factor; the rest cycle through
+    the other factors in a shuffled order.
+    """
+    if n_sessions < MIN_SESSIONS:
+        raise ValueError(f"need at least {MIN_SESSIONS} sessions")
+    if not others:
+        raise ValueError("need at least one factor besides the contrastive pair")
+    positions = [*sorted(rng.sample(range(n_sessions - 2), 4)), n_sessions - 1]
+    plan: dict[int, tuple[PlanRole, str]] = {}
+    for k, index in enumerate(positions):
+        plan[index] = ("A" if k < 2 else "A_changed", current)
+    rest = [i for i in range(n_sessions) if i not in plan]
+    for index in rng.sample(rest, 2):
+        plan[index] = ("B", contrast)
+    pool = list(others)
+    rng.shuffle(pool)
+    cursor = 0
+    for index in range(n_sessions):
+        if index not in plan:
+            plan[index] = ("other", pool[cursor % len(pool)])
+            cursor += 1
+    return [plan[i] for i in range(n_sessions)]
+
+
+def format_conversation(chat: Sequence[dict[str, str]]) -> str:
+    names = {"user": "You", "assistant": "AI assistant"}
+    return "\n\n".join(f"[{names[m['role']]}]\n{m['content']}" for m in chat)
+
+
+def opening_message(session: dict[str, Any]) -> str:
+    request = str(session["request_with_factor"])
+    resource = str(session.get("resource") or "").strip()
+    return f"{request}\n\n{resource}" if resource else request
+
+
+# --- the pipeline ---------------------------------------------------------------------------
+
+
+@dataclass
+class CupidModels:
+    generator: Model
+    user_simulator: Model
+    assistant: Model
+    decomposer: Model
+    leak_judge: Model | None = None
+
+
+class CupidSynthesizer:
+    """Runs the stages of one persona; pure helpers above do the structural work."""
+
+    def __init__(self, config: CupidSynthConfig, models: CupidModels, store: StateStore) -> None:
+        self.config = config
+        self.models = models
+        self.store = store
+
+    def _cfg(self, stage: str, schema: dict[str, Any] | None, name: str) -> Any:
+        temperature = self.config.temperature[stage]
+        max_tokens = self.config.max_tokens[stage]
+        if schema is None:
+            return GenerateConfig(
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=self.config.seed,
+                sample_index=ATTEMPT.get(),
+            )
+        schema = scale_lengths(schema, self.config.length_scale)
+        return json_config(name, schema, temperature=temperature, max_tokens=max_tokens).model_copy(
+            update={"seed": self.config.seed}
+        )
+
+    async def run(self, template: dict[str, Any]) -> UnitState:
+        pid = persona_id(template)
+        state = self.store.load(pid) or UnitState(unit_id=pid, inputs={"template": template})
+        if state.status == "ok":
+            return state
+        begin(state)
+        stage = Stage(state, self.store)
+        current = "persona"
+        try:
+            current = "persona"
+            persona = await self._persona(stage, template)
+            current = "factors"
+            factors = await self._factors(stage, persona)
+            current = "changed"
+            plan_info = await self._changed(stage, persona, factors, pid)
+            sessions: list[dict[str, Any]] = []
+            for i in range(self.config.n_sessions):
+                current = f"session/{i}"
+                sessions.append(await self._session(stage, persona, factors, plan_info, sessions, i))
+            current = "checklists"
+            checklists = await self._checklists(stage, sessions)
+            current = "dialogues"
+            interactions = await self._dialogues(stage, persona, sessions, checklists)
+            current = "instances"
+            built = self._instances(stage, pid, sessions, checklists, interactions)
+            current = "leak_check"
+            await self._leak_check(stage, built)
+        except StepFailed as exc:
+            stage.fail(current, str(exc))
+            return state
+        except (ValueError, ParseError) as exc:
+            stage.fail(current, f"{current}: {exc}")
+            return state
+        state.status = "ok"
+        self.store.save(state)
+        return state
+
+    async def _persona(self, stage: Stage, template: dict[str, Any]) -> dict[str, Any]:
+        if stage.done("persona"):
+            return stage.output("persona")  # type: ignore[no-any-return]
+        data: dict[str, Any] = await stage.steps.call(
+            "persona",
+            role="generator",
+            model=self.models.generator,
+            template=load_template(TEMPLATES["persona"]),
+            values={
+                "seed": template["seed"],
+                "occupation": template["occupation"].replace("_", " "),
+                "career_level": template["career_level"],
+                "traits": ", ".join(template["personality_traits"]),
+                "values": ", ".join(template["personal_values"]),
+                "decision_style": template["decision_making_styles"],
+            },
+            config=self._cfg("persona", PERSONA_SCHEMA, "synth_persona"),
+            parse=lambda text: parse_model(PersonaOut, "persona")(text).model_dump(),
+            reasks=self.config.reasks,
+        )
+        record = {**template, "description": f"{data['name']}: {data['description']}", "name": data["name"]}
+        return stage.finish("persona", record)  # type: ignore[no-any-return]
+
+    async def _factors(self, stage: Stage, persona: dict[str, Any]) -> list[dict[str, Any]]:
+        if stage.done("factors"):
+            return stage.output("factors")  # type: ignore[no-any-return]
+        n_regular = self.config.n_factors - 2
+        factors = await stage.steps.call(
+            "factors",
+            role="generator",
+            model=self.models.generator,
+            template=load_template(TEMPLATES["factors"]),
+            values={
+                "persona": persona["description"],
+                "n_regular": str(n_regular),
+                "factor_types": ", ".join(FACTOR_TYPES),
+                "task_types": ", ".join(TASK_TYPES),
+                "preference_types": ", ".join(PREFERENCE_TYPES),
+            },
+            config=self._cfg("factors", factors_schema(n_regular), "synth_factors"),
+            parse=parse_factors(n_regular),
+            reasks=self.config.reasks,
+        )
+        first, second = factors[-2], factors[-1]
+        if too_similar(first["preference"], second["preference"]):
+            # Weak models copy the first preference of the pair; ask for the contrast alone.
+            contrast = await stage.steps.call(
+                "factors/contrast",
+                role="generator",
+                model=self.models.generator,
+                template=load_template(TEMPLATES["contrast"]),
+                values={
+                    "first_factor": first["factor"],
+                    "first_preference": first["preference"],
+                    "second_factor": second["factor"],
+                    "preference_types": ", ".join(PREFERENCE_TYPES),
+                },
+                config=self._cfg("changed", CHANGED_SCHEMA, "synth_contrast_preference"),
+                parse=parse_changed(first["preference"], "contrastive preference"),
+                reasks=self.config.reasks,
+            )
+            factors[-1] = {**second, **contrast, "regenerated": "preference"}
+        return stage.finish("factors", factors)  # type: ignore[no-any-return]
+
+    async def _changed(
+        self, stage: Stage, persona: dict[str, Any], factors: list[dict[str, Any]], pid: str
+    ) -> dict[str, Any]:
+        if stage.done("changed"):
+            return stage.output("changed")  # type: ignore[no-any-return]
+        rng = random.Random(f"cupid-plan:{self.config.seed}:{pid}")
+        pair = [f for f in factors if f["related_factor"]]
+        current = rng.choice(pair)
+        contrast = next(f for f in pair if f is not current)
+        others = [f["factor"] for f in factors if not f["related_factor"]]
+        plan = plan_sessions(self.config.n_sessions, current["factor"], contrast["factor"], others, rng)
+        changed = await stage.steps.call(
+            "changed",
+            role="generator",
+            model=self.models.generator,
+            template=load_template(TEMPLATES["changed"]),
+            values={
+                "persona": persona["description"],
+                "factor": current["factor"],
+                "preference": current["preference"],
+                "preference_types": ", ".join(PREFERENCE_TYPES),
+            },
+            config=self._cfg("changed", CHANGED_SCHEMA, "synth_changed_preference"),
+            parse=parse_changed(current["preference"]),
+            reasks=self.config.reasks,
+        )
+        info = {
+            "current_factor": current["factor"],
+            "contrastive_factor": contrast["factor"],
+            "changed_preference": changed["preference"],
+            "changed_preference_type": changed["preference_type"],
+            "plan": [list(p) for p in plan],
+        }
+        return stage.finish("changed", info)  # type: ignore[no-any-return]
+
+    async def _session(
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        factors: list[dict[str, Any]],
+        info: dict[str, Any],
+        earlier: list[dict[str, Any]],
+        i: int,
+    ) -> dict[str, Any]:
+        name = f"session/{i}"
+        if stage.done(name):
+            return stage.output(name)  # type: ignore[no-any-return]
+        role, factor_name = info["plan"][i]
+        factor = next(f for f in factors if f["factor"] == factor_name)
+        preference = info["changed_preference"] if role == "A_changed" else factor["preference"]
+        out = await stage.steps.call(
+            name,
+            role="generator",
+            model=self.models.generator,
+            template=load_template(TEMPLATES["session"]),
+            values={
+                "persona": persona["description"],
+                "number": str(i + 1),
+                "total": str(self.config.n_sessions),
+                "previous": earlier[-1]["story"] if earlier else "(none; this is the first)",
+                "factor": factor_name,
+                "preference": preference,
+                "task_types": ", ".join(factor["task_types"]),
+            },
+            config=self._cfg("session", SESSION_SCHEMA, "synth_session"),
+            parse=lambda text: parse_model(SessionOut, "session")(text).model_dump(),
+            reasks=self.config.reasks,
+        )
+        session = {
+            "id": i,
+            "context_factor": factor_name,
+            "preference": preference,
+            "plan": role,
+            **out,
+            "resource": out["resource"].strip() or None,
+        }
+        return stage.finish(name, session)  # type: ignore[no-any-return]
+
+    async def _checklists(self, stage: Stage, sessions: list[dict[str, Any]]) -> dict[str, list[str]]:
+        if stage.done("checklists"):
+            return stage.output("checklists")  # type: ignore[no-any-return]
+        unique = list(dict.fromkeys(s["preference"] for s in sessions))
+        results = await asyncio.gather(
+            *(
+                stage.steps.call(
+                    f"decompose/{k}",
+                    role="decomposer",
+                    model=self.models.decomposer,
+                    template=load_template(TEMPLATES["decompose"]),
+                    values={"preference": preference},
+                    config=self._cfg("decomposer", CHECKLIST_ONLY_SCHEMA, "checklist"),
+                    parse=parse_checklist,
+                    reasks=self.config.reasks,
+                )
+                for k, preference in enumerate(unique)
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                stage.state.steps.update(stage.steps.steps)
+                raise result
+        return stage.finish("checklists", dict(zip(unique, results, strict=True)))  # type: ignore[no-any-return]
+
+    async def _dialogue(
+        self, stage: Stage, persona: dict[str, Any], session: dict[str, Any], checklist: list[str]
+    ) -> dict[str, Any]:
+        i = session["id"]
+        name = f"dialogue/{i}"
+        if stage.done(name):
+            return stage.output(name)  # type: ignore[no-any-return]
+        chat = [{"role": "user", "content": opening_message(session)}]
+        scores: list[int] = []
+        last = i == self.config.n_sessions - 1
+        turns = 0 if last else self.config.max_turns
+        assistant = load_template(TEMPLATES["assistant"])
+        user_turn = load_template(TEMPLATES["user_turn"])
+        for t in range(turns):
+            system = assistant.render(request=chat[0]["content"])
+            messages = [*system, *(Message(role=m["role"], content=m["content"]) for m in chat[1:])]  # type: ignore[arg-type]
+            reply = await stage.steps.call_messages(
+                f"{name}/assistant/{t}",
+                role="assistant",
+                model=self.models.assistant,
+                messages=messages,
+                config=self._cfg("assistant", None, "assistant"),
+                parse=_non_empty_reply,
+                template=assistant,
+            )
+            chat.append({"role": "assistant", "content": reply})
+            verdict = await stage.steps.call(
+                f"{name}/user/{t}",
+                role="user_simulator",
+                model=self.models.user_simulator,
+                template=user_turn,
+                values={
+                    "persona": persona["description"],
+                    "factor": session["context_factor"],
+                    "preference": session["preference"],
+                    "checklist": format_checklist(checklist),
+                    "conversation": format_conversation(chat),
+                },
+                config=self._cfg("user_simulator", user_turn_schema(len(checklist)), "synth_user_turn"),
+                parse=parse_user_turn(len(checklist)),
+                reasks=self.config.reasks,
+            )
+            chat.append({"role": "user", "content": verdict["message"]})
+            scores.append(verdict["score"])
+            if verdict["score"] == 10:
+                break
+        interaction = {
+            "session_id": i,
+            "preference": session["preference"],
+            "checklist": checklist,
+            "chat": chat,
+            "scores": scores,
+            "is_satisfied": bool(scores) and scores[-1] == 10,
+        }
+        return stage.finish(name, interaction)  # type: ignore[no-any-return]
+
+    async def _dialogues(
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        sessions: list[dict[str, Any]],
+        checklists: dict[str, list[str]],
+    ) -> list[dict[str, Any]]:
+        results = await asyncio.gather(
+            *(self._dialogue(stage, persona, s, checklists[s["preference"]]) for s in sessions),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return list(results)  # type: ignore[arg-type]
+
+    def _instances(
+        self,
+        stage: Stage,
+        pid: str,
+        sessions: list[dict[str, Any]],
+        checklists: dict[str, list[str]],
+        interactions: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        if stage.done("instances"):
+            return stage.output("instances")  # type: ignore[no-any-return]
+        journey = journey_from(pid, sessions, checklists, interactions)
+        instances = build_instances(journey, seed=self.config.seed, n_prior=self.config.n_prior)
+        built = {"instances": [i.model_dump(mode="json") for i in instances]}
+        return stage.finish("instances", built)  # type: ignore[no-any-return]
+
+    async def _leak_check(self, stage: Stage, built: dict[str, Any]) -> dict[str, Any]:
+        if stage.done("leak_check"):
+            return stage.output("leak_check")  # type: ignore[no-any-return]
+        instances = [CupidInstance.model_validate(i) for i in built["instances"]]
+        request = instances[0].current_request
+        preferences = list(dict.fromkeys(i.current_contextual_preference for i in instances))
+        report: dict[str, Any] = {
+            "lexical": {p: lexical_leak(request, p) for p in preferences},
+            "judge": None,
+        }
+        if self.models.leak_judge is not None:
+            verdicts = {}
+            for k, preference in enumerate(preferences):
+                try:
+                    verdict = await stage.steps.call(
+                        f"leak_check/{k}",
+                        role="leak_judge",
+                        model=self.models.leak_judge,
+                        template=load_template(TEMPLATES["leak_check"]),
+                        values={"preference": preference, "request": request},
+                        config=self._cfg("leak_judge", LEAK_SCHEMA, "synth_leak_check"),
+                        parse=lambda text: parse_model(LeakOut, "leak check")(text).model_dump(),
+                        reasks=self.config.reasks,
+                    )
+                except StepFailed as exc:
+                    # Never read as "no leak": recorded, and the persona fails validation.
+                    verdict = {"error": str(exc)}
+                verdicts[preference] = verdict
+            report["judge"] = verdicts
+        return stage.finish("leak_check", report)  # type: ignore[no-any-return]
+
+
+def journey_from(
+    pid: str,
+    sessions: list[dict[str, Any]],
+    checklists: dict[str, list[str]],
+    interactions: list[dict[str, Any]],
+) -> PersonaJourney:
+    planned = []
+    for session, interaction in zip(sessions, interactions, strict=True):
+        planned.append(
+            PlannedSession(
+                context_factor=session["context_factor"],
+                contextual_preference=session["preference"],
+                checklist=tuple(checklists[session["preference"]]),
+                plan=session["plan"],
+                dialogue=tuple(Message(role=m["role"], content=m["content"]) for m in interaction["chat"]),
+            )
+        )
+    return PersonaJourney(persona_id=pid, sessions=tuple(planned))
+
+
+# --- driving a whole synthesis --------------------------------------------------------------
+
+
+@dataclass
+class SynthResult:
+    out: Path
+    summary: dict[str, Any]
+    states: list[UnitState]
+
+
+def build_models(config: CupidSynthConfig, factory: ModelFactory) -> CupidModels:
+    return CupidModels(
+        generator=factory.get(config.generator),
+        user_simulator=factory.get(config.user_simulator),
+        assistant=factory.get(config.assistant),
+        decomposer=factory.get(config.decomposer),
+        leak_judge=factory.get(config.leak_judge) if config.leak_judge else None,
+    )
+
+
+def synthesize_cupid(
+    config: CupidSynthConfig,
+    out: Path,
+    factory: ModelFactory,
+    *,
+    concurrency: int = 4,
+    resample_failed: bool = False,
+    on_done: Callable[[UnitState], None] | None = None,
+) -> SynthResult:
+    """Generate (or resume) a CUPID-style dataset in `out`; returns the summary."""
+    seeds = load_seeds(config.seeds_file)
+    templates = persona_templates(seeds, config.n_personas, config.seed)
+    identity = config.identity()
+    manifest = {
+        "pipeline": "cupid",
+        "identity_hash": identity_hash(identity),
+        "config": asdict(config),
+        "models": {r: factory.get(s).spec.to_record() for r in ROLES if (s := config.model_for(r))},
+        "environment": environment(),
+    }
+    open_output(out, identity, manifest)
+    write_json(out / "persona_templates.json", templates)
+    store = StateStore(out)
+    models = build_models(config, factory)
+    synthesizer = CupidSynthesizer(config, models, store)
+
+    async def main() -> list[UnitState]:
+        RESAMPLE.set(resample_failed)
+        try:
+            return await run_units(templates, synthesizer.run, concurrency=concurrency, on_done=on_done)
+        finally:
+            await factory.aclose()
+
+    states = asyncio.run(main())
+    summary = write_outputs(out, config, states, factory.tracker.to_record())
+    return SynthResult(out, summary, states)
+
+
+def validate_states(states: Sequence[UnitState], config: CupidSynthConfig) -> dict[str, list[str]]:
+    """Problems per finished persona (empty list = passed)."""
+    return {
+        s.unit_id: check_persona(s, config.n_prior, config.leak_threshold) for s in states if s.status == "ok"
+    }

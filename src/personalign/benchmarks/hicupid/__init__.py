@@ -1,0 +1,2 @@
+"""The hicupid benchmark: one folder with its schema, loader, context strategies, prompts, judges,
+metrics, report and run module."""

@@ -1,0 +1,225 @@
+"""What a benchmark plug-in gives the shared run lifecycle and the CLI: one `BenchmarkSpec`.
+
+A benchmark lives in one folder (`personalign/benchmarks/<name>/`, or any installed package) and
+exposes one object satisfying `BenchmarkSpec`; the registry (`personalign.registry`) finds it by
+name, built-in or through the `personalign.benchmarks` entry point group. Everything generic (the
+run directory, manifest, resume, the finished-run check, rescore, the CLI's options) is written
+once in `runs/lifecycle.py` and `cli.py`; the spec answers only what is the benchmark's own.
+
+The spec is typed over three parameters: its config (`C`: a frozen dataclass with one attribute per
+model role, `protocol`, and `to_record()`), its loaded dataset (`D`: with `source` and `sha256`)
+and its evaluation item (`I`: what the `Evaluator` evaluates, e.g. one CUPID instance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from personalign.llm.model import Model
+from personalign.runs.records import InstanceRecord
+from personalign.runs.runner import Evaluator
+
+C = TypeVar("C", bound="BenchmarkConfig")
+D = TypeVar("D", bound="Dataset")
+I = TypeVar("I")  # noqa: E741 - the item type, read as "instance"
+
+OptionType = Literal["str", "int", "float", "bool", "path"]
+
+
+@dataclass(frozen=True)
+class Role:
+    """A model role the benchmark calls (subject, judge, decomposer, ...).
+
+    `defaults_to` names the role whose spec is used when this one is not given (the CUPID
+    decomposer defaults to the judge); `subject` and `judge` are the two roles every CLI run takes
+    (`--model`, `--judge`); any further role gets its own `--<role>` option.
+    """
+
+    name: str
+    help: str
+    defaults_to: str | None = None
+    rescorable: bool = True  # `rescore` may replace it (never the subject: its outputs are reused)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One benchmark-specific CLI option of `personalign run <benchmark>` (and maybe `rescore`).
+
+    `scope="config"` options go into the config (they change results and the run's identity);
+    `scope="selection"` options choose which items run (recorded in the selection, not the identity).
+    `default=None` with a `help` that says what None means lets the config pick a protocol default.
+    """
+
+    name: str  # the Python name; the flag is --name with "_" -> "-" unless `flag` is given
+    type: OptionType
+    help: str
+    default: Any = None
+    repeatable: bool = False
+    choices: tuple[str, ...] | None = None
+    flag: str | None = None  # e.g. "--type" for the option named question_type
+    scope: Literal["config", "selection"] = "config"
+    rescore: bool = False  # also accepted by `personalign rescore` on this benchmark's runs
+    boolean_flags: tuple[str, str] | None = None  # ("--both-orders", "--one-order") for a bool
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+class BenchmarkConfig(Protocol):
+    """What the lifecycle reads from any benchmark's config."""
+
+    @property
+    def protocol(self) -> str: ...
+
+    def to_record(self) -> dict[str, Any]: ...
+
+
+class Dataset(Protocol):
+    """What the lifecycle reads from a loaded dataset."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def sha256(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which items of the dataset to evaluate: `limit` plus the benchmark's selection options."""
+
+    limit: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        """As recorded in the manifest and summary: ``{"limit": ..., <option>: [...]}``."""
+        return {"limit": self.limit, **{k: _plain(v) for k, v in self.options.items()}}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple | list) else value
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What an evaluator may need from how the run is set up (none of it changes results)."""
+
+    seed: int
+    cache_path: Path | None  # the call cache file (None with --no-cache): side caches live next to it
+    protocol_dir: Path | None  # a local copy of the upstream files for --protocol paper
+
+
+@runtime_checkable
+class BenchmarkSpec(Protocol[C, D, I]):
+    """A benchmark plug-in. Implementations are plain objects; see docs/write-a-benchmark.md."""
+
+    name: str  # the registry key and `personalign run <name>`
+    title: str  # one line for `personalign run --help`
+    roles: tuple[Role, ...]
+    options: tuple[Option, ...]
+    default_seed: int
+    item_noun: str  # "instances", "questions", "rows": used in messages
+
+    # --- config -------------------------------------------------------------------------------
+    def make_config(self, models: Mapping[str, str], options: Mapping[str, Any], protocol: str) -> C:
+        """The config from resolved model specs (every role), the config-scope options (None where the
+        user gave nothing) and the chosen protocol; invalid combinations raise ConfigError."""
+        ...
+
+    def config_from_record(self, record: Mapping[str, Any]) -> C:
+        """The config a manifest recorded (`to_record()`), for rescore."""
+        ...
+
+    def rescore_config(self, old: C, models: Mapping[str, str], options: Mapping[str, Any]) -> C:
+        """`old` with the given roles and rescore options replaced (ConfigError if nothing changes)."""
+        ...
+
+    def run_dir_parts(self, config: C) -> list[str]:
+        """Readable parts of the default run directory name after the subject's label."""
+        ...
+
+    def describe(self, config: C) -> str:
+        """The one-line banner printed before a run (models, task, context, protocol)."""
+        ...
+
+    # --- data ---------------------------------------------------------------------------------
+    def describe_data(self, data: str | Path) -> tuple[str, str | None]:
+        """(source, sha256) without loading: the finished-run check; sha256 None when unknown (hub)."""
+        ...
+
+    def load(self, data: str | Path) -> D: ...
+
+    def data_record(self, dataset: D) -> dict[str, Any]:
+        """The manifest's `data` section: source, sha256 and counts."""
+        ...
+
+    def select(self, dataset: D, selection: Selection) -> list[I]:
+        """The items to evaluate, in order (limit applied)."""
+        ...
+
+    def items(self, dataset: D) -> Sequence[I]:
+        """Every item (rescore picks the ones the old run evaluated)."""
+        ...
+
+    def validate(self, data: str | Path) -> dict[str, Any]:
+        """`personalign validate`: what the data holds (counts), after a full schema check."""
+        ...
+
+    # --- identity, manifest -------------------------------------------------------------------
+    def identity(self, config: C, source: str, sha256: str | None, seed: int) -> dict[str, Any]:
+        """What defines the results (hashed into the run directory's name and checked on resume)."""
+        ...
+
+    def protocol_texts(self, config: C, context: RunContext) -> Any:
+        """The verified official texts when `config.protocol == "paper"` (else None)."""
+        ...
+
+    def manifest_extra(self, config: C, texts: Any) -> dict[str, Any]:
+        """Manifest entries of the benchmark's own: at least `prompts` (name -> sha256); the
+        upstream source under `--protocol paper`; extra environment facts."""
+        ...
+
+    # --- evaluation ---------------------------------------------------------------------------
+    def evaluator(
+        self, config: C, models: Mapping[str, Model], dataset: D, texts: Any, context: RunContext
+    ) -> Evaluator[I]:
+        """The per-item evaluator; it may raise ConfigError for items it cannot run (checked early)."""
+        ...
+
+    def check(self, evaluator: Evaluator[I], items: Sequence[I]) -> None:
+        """Refuse a selection the evaluator cannot run, before any call (ConfigError)."""
+        ...
+
+    def kept_on_rescore(self, step: str) -> bool:
+        """Whether `rescore` reuses this saved step (the subject's outputs), instead of re-running it."""
+        ...
+
+    # --- results ------------------------------------------------------------------------------
+    def summarize(self, records: Iterable[InstanceRecord], config: C, seed: int) -> dict[str, Any]:
+        """The metrics (pure function of the records): merged into summary.json."""
+        ...
+
+    def summary_header(self, config: C) -> dict[str, Any]:
+        """Summary entries that describe the run (task, context, method, ...), before the metrics."""
+        ...
+
+    def print_summary(self, summary: Mapping[str, Any], run_dir: Path) -> None:
+        """The console table after a run."""
+        ...
+
+    def write_report(self, run_dirs: Sequence[Path], out: Path) -> str:
+        """The paper-style tables of these runs, written under `out`; returns the Markdown."""
+        ...
+
+
+def role_specs(spec: BenchmarkSpec[Any, Any, Any], given: Mapping[str, str | None]) -> dict[str, str]:
+    """Every role's model spec: the given ones, then each missing role from its `defaults_to`."""
+    resolved: dict[str, str] = {k: v for k, v in given.items() if v is not None}
+    for role in spec.roles:
+        if role.name not in resolved and role.defaults_to is not None and role.defaults_to in resolved:
+            resolved[role.name] = resolved[role.defaults_to]
+    return resolved
