@@ -122,6 +122,12 @@ def process(args: list[str], ready: str) -> Iterator[subprocess.Popen[str]]:
         child.wait(timeout=30)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc), all its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     import socket
 
@@ -259,7 +265,10 @@ def main() -> None:
                     drive(gw_url, headers, [(u, queries[u][0]) for u in active], ns.concurrency)
                 )
                 d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, ns.concurrency))
+                cpu_before = cpu_seconds(_gw.pid)
                 g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_url, headers, jobs, ns.concurrency))
+                time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
+                gw_cpu = cpu_seconds(_gw.pid) - cpu_before
                 metrics = httpx.get(f"http://127.0.0.1:{gw_port}/metrics").text
     load = os.getloadavg()[0]
     print(f"stub latency {ns.latency * 1000:.0f} ms, {ns.concurrency} concurrent streaming clients, ", end="")
@@ -276,12 +285,15 @@ def main() -> None:
     print(f"p99 {pct(g_tot, 99) - pct(d_tot, 99):.1f} ms")
     print(f"cold first touch per user (index build): p50 {pct(cold, 50):.1f} ms, ", end="")
     print(f"p99 {pct(cold, 99):.1f} ms ({cold_err} errors)")
+    per_request = 1000 * gw_cpu / max(1, len(g_tot))
+    print(f"gateway process CPU per request (timed run, upkeep included): {per_request:.1f} ms")
     print(f"turns recorded by the gateway: {metric(metrics, 'personalign_turns_recorded_total'):.0f}")
     print("mean time per request inside the gateway (cold requests included):")
     for name, what in (
         ("personalign_memory_seconds", "encode + retrieve + select"),
         ("personalign_upstream_seconds", "upstream call (whole stream)"),
         ("personalign_record_seconds", "store the exchange"),
+        ("personalign_index_upkeep_seconds", "index upkeep after the answer (off the request path)"),
         ("personalign_http_request_seconds", "whole request"),
     ):
         count = sum(

@@ -244,8 +244,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
     warming: dict[str, asyncio.Task[None]] = {}
 
     async def warm(tenant: str, user: str, query: str, qvec: Any, sid: str) -> None:
+        started = time.perf_counter()
         try:
             await run_in_threadpool(service.warm, tenant, user, query, qvec)
+            metrics.observe("personalign_index_upkeep_seconds", time.perf_counter() - started)
         except Exception as exc:  # upkeep only: the next request refreshes anyway
             log_event("warm_failed", error=type(exc).__name__)
         finally:
@@ -258,6 +260,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
     metrics.describe("personalign_memory_seconds", "Time spent retrieving and selecting memories")
     metrics.describe("personalign_turns_recorded_total", "Exchanges stored as sessions")
     metrics.describe("personalign_record_seconds", "Time spent storing an exchange")
+    metrics.describe(
+        "personalign_index_upkeep_seconds", "Index refresh after a recorded exchange (off the request path)"
+    )
     metrics.describe("personalign_upstream_errors_total", "Failed upstream calls")
     metrics.describe("personalign_rate_limited_total", "Requests refused by a rate limit")
     metrics.describe("personalign_tokens_total", "Tokens reported by the upstream")
