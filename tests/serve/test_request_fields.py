@@ -82,3 +82,25 @@ def test_an_answer_that_cannot_be_stored_is_not_acknowledged(gateway_factory: An
     assert "[DONE]" not in events and events[-1]["error"]["type"] == "storage_error"
     export = gw.client.get("/v1/memory/export", params={"user": "ana"}, headers=gw.headers()).json()
     assert export["sessions"] == []  # neither exchange was stored (nor acknowledged)
+
+
+def test_text_parts_and_developer_messages(gateway: Gateway) -> None:
+    payload = {
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "Porto."}],
+            },
+        ],
+        "user": "ana",
+    }
+    r = gateway.client.post("/v1/chat/completions", json=payload, headers=gateway.headers())
+    assert r.status_code == 200
+    assert gateway.stub is not None and gateway.stub.stats.last_body is not None
+    sent = gateway.stub.stats.last_body["messages"]
+    assert sent[0] == {"role": "system", "content": "Be brief."}
+    assert sent[-1] == {"role": "user", "content": "Hello Porto."}
+    payload["messages"][1]["content"] = [{"type": "image_url", "image_url": {"url": "x"}}]  # type: ignore[index]
+    r = gateway.client.post("/v1/chat/completions", json=payload, headers=gateway.headers())
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages[1].content")
