@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from memory_speed import make_session  # noqa: E402
 
-from personalign.memory.store import MemoryStore, NewSession  # noqa: E402
+from personalign.memory.backend import NewSession  # noqa: E402
+from personalign.memory.store import MemoryStore  # noqa: E402
 from personalign.serve.keys import KeyRing, new_key  # noqa: E402
-from personalign.serve.tenancy import scoped_id  # noqa: E402
 
 TENANT = "bench"
 CONTENT = re.compile(rb'"content": ?"[^"]')  # a non-empty content delta
@@ -60,13 +60,12 @@ def fill_store(path: Path, sessions: int, per_user: int, embedder: str | None) -
         name, dim = model.name, model.dim
     rng = random.Random(0)
     vec_rng = np.random.default_rng(0)
-    store = MemoryStore(path)
+    store = MemoryStore(path, tenant=TENANT)
     users = max(1, sessions // per_user)
     queries: dict[str, list[str]] = {}
     for u in range(users):
         user = f"user{u}"
-        sid = scoped_id(TENANT, user)
-        store.add_user(sid)
+        store.add_user(user)
         batch = []
         for i in range(per_user):
             turns, query = make_session(rng)
@@ -77,7 +76,7 @@ def fill_store(path: Path, sessions: int, per_user: int, embedder: str | None) -
             batch.append(NewSession(turns, timestamp=float(u * per_user + i), vectors=vectors))
             if len(queries.setdefault(user, [])) < 3:
                 queries[user].append(query)
-        store.add_sessions(sid, batch)
+        store.add_sessions(user, batch)
     store.close()
     return queries
 

@@ -39,7 +39,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         store: Annotated[
-            str, typer.Option(help="Memory store: a SQLite file path, sqlite:///PATH, or :memory:.")
+            str,
+            typer.Option(
+                help="Memory store: a SQLite file path, sqlite:///PATH, :memory:, or postgresql://... "
+                "(several replicas may share one PostgreSQL store)."
+            ),
         ] = "gateway-memory.sqlite",
         keys: KeysOpt = DEFAULT_KEYS,
         host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
@@ -79,7 +83,7 @@ def register(app: typer.Typer) -> None:
             config = GatewayConfig(
                 upstreams=upstream,
                 keys=ring,
-                store=store_path(store),
+                store=store,
                 embedder=None if embedder == "none" else embedder,
                 extractor=extractor,
                 judge=judge,
@@ -154,14 +158,3 @@ def register(app: typer.Typer) -> None:
         except PersonalignError as exc:
             fail(exc)
         console.print(f"key {key_id} revoked")
-
-
-def store_path(store: str) -> str:
-    """A store option as the SQLite path today's store takes (PostgreSQL: the storage slice)."""
-    if store.startswith("sqlite:///"):
-        return store[len("sqlite:///") :]
-    if "://" in store:
-        raise ConfigError(
-            f"store {safe(store)!r}: this build serves SQLite stores only (sqlite:///PATH or a path)"
-        )
-    return store

@@ -190,16 +190,15 @@ def test_recorded_exchange_is_embedded_by_its_user_turn(gateway: Gateway) -> Non
     import numpy as np
 
     from personalign.memory.index import dense_text
-    from personalign.serve.tenancy import scoped_id
 
     text = "Plan the Brookfield Science Olympiad logistics with Professor Reyes."
     gateway.chat(text)
     gateway.chat("Another request about Lisbon.")
     service = gateway.server.app.state.service
-    sid = scoped_id("acme", "ana")
-    sessions = service.store.sessions(sid)
-    embedder = service.engine.embedder
-    stored = service.store.vectors(sid, "s", embedder.name, [s.id for s in sessions])
+    view = service.view("acme")
+    sessions = view.sessions("ana")
+    embedder = service.embedder
+    stored = view.vectors("ana", "s", embedder.name, [s.id for s in sessions])
     for session in sessions:
         expected = embedder.encode([dense_text(session)])[0]
         assert np.allclose(stored[session.id], expected)

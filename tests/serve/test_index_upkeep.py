@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from personalign.memory.engine import MemoryEngine
-from personalign.serve.tenancy import MemoryService, scoped_id
+from personalign.serve.tenancy import MemoryService
 
 
 def turn(text: str) -> list[dict[str, str]]:
@@ -26,7 +26,7 @@ def test_refresh_false_searches_the_index_as_last_refreshed(tmp_path: Path) -> N
 
 
 def test_api_memory_writes_are_searchable_at_once_even_without_a_refreshing_search(tmp_path: Path) -> None:
-    service = MemoryService(MemoryEngine(tmp_path / "m.sqlite", embedder="hash"), shards=4)
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=4)
     service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
     assert service.retrieve("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3).sessions
     added = service.add_memory("t", "ana", "Prefers window seats.", category="travel")
@@ -44,13 +44,16 @@ def test_api_memory_writes_are_searchable_at_once_even_without_a_refreshing_sear
 
 
 def test_users_spread_over_shards_that_share_one_store(tmp_path: Path) -> None:
-    service = MemoryService(MemoryEngine(tmp_path / "m.sqlite", embedder="hash"), shards=8)
-    assert len(service.engines) == 8 and all(e.store is service.store for e in service.engines)
-    used = {id(service.shard(scoped_id("t", f"user{i}"))) for i in range(64)}
-    assert len(used) > 4
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=8)
+    engines = {id(service.engine("t", f"user{i}")): service.engine("t", f"user{i}") for i in range(64)}
+    assert 4 < len(engines) <= 8
+    assert all(e.store is service.view("t") for e in engines.values())
+    assert service.engine("t", "user1") is service.engine("t", "user1")
+    assert service.engine("u", "user1") is not service.engine("t", "user1")  # tenants never share one
     for i in range(8):
         service.record_turn("t", f"user{i}", turn(f"Note {i} about Porto."), session_id="s", metadata={})
         found = service.retrieve("t", f"user{i}", "Porto note", k_sessions=5, k_memories=0)
         assert [s.session.turns[0].content for s in found.sessions if s.session] == [f"Note {i} about Porto."]
     service.delete_user("t", "user3")
-    assert scoped_id("t", "user3") not in service.shard(scoped_id("t", "user3"))._indexes
+    assert "user3" not in service.engine("t", "user3")._indexes
+    assert not service.has_user("t", "user3") and service.has_user("t", "user4")

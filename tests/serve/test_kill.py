@@ -16,7 +16,6 @@ import httpx
 
 from personalign.memory.store import MemoryStore
 from personalign.serve import KeyRing, new_key
-from personalign.serve.tenancy import scoped_id
 from tests.support.llama_server import free_port
 from tests.support.stub_server import StubServer
 
@@ -81,13 +80,12 @@ def test_sigkill_loses_no_acknowledged_turn(tmp_path: Path) -> None:
             t.join(timeout=20)
     assert len(acknowledged) >= 30
 
-    memory = MemoryStore(store)
+    memory = MemoryStore(store, tenant="acme")
     assert memory.check() == []
     stored = set()
     for n in range(3):
-        sid = scoped_id("acme", f"user{n}")
-        if memory.has_user(sid):
-            stored |= {s.metadata.get("request_id") for s in memory.sessions(sid)}
+        if memory.has_user(f"user{n}"):
+            stored |= {s.metadata.get("request_id") for s in memory.sessions(f"user{n}")}
     missing = sorted(set(acknowledged) - stored)
     assert not missing, json.dumps(missing)
     memory.close()

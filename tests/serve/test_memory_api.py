@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from personalign.serve.tenancy import USER_TABLES, scoped_id
+from personalign.memory.sqlbase import TABLES
 from tests.serve.conftest import Gateway
 
 
@@ -94,8 +94,11 @@ def test_delete_one_memory(gateway: Gateway) -> None:
 def test_delete_user_removes_every_row(gateway: Gateway, tmp_path: Any) -> None:
     gateway.chat("I prefer long walks in Sintra.")
     gateway.chat("I prefer long walks in Sintra.", user="bystander")
+    gateway.chat("I prefer long walks in Sintra.", key="b")  # tenant globex, same user id "ana"
     api(gateway, "post", "/v1/memory/memories", json={"content": "Walks in Sintra."})
     api(gateway, "post", "/v1/memory/search", json={"query": "Sintra walks"})  # builds the index
+    db = sqlite3.connect(tmp_path / "gw0.sqlite")
+    before = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
     r = api(gateway, "delete", "/v1/memory/users")
     assert r.status_code == 200
     body = r.json()
@@ -104,20 +107,19 @@ def test_delete_user_removes_every_row(gateway: Gateway, tmp_path: Any) -> None:
         and body["deleted"]["memories"] == 1
         and body["deleted"]["users"] == 1
     )
-    assert set(body["remaining"].values()) == {0}
-    # checked again from outside the gateway: no row of the scoped user anywhere
-    db = sqlite3.connect(tmp_path / "gw0.sqlite")
-    sid = scoped_id("acme", "ana")
-    for table in USER_TABLES:
-        assert db.execute(f"SELECT COUNT(*) FROM {table} WHERE user_id = ?", (sid,)).fetchone()[0] == 0
-    assert (
-        db.execute(
-            "SELECT COUNT(*) FROM turns WHERE user_id = ?", (scoped_id("acme", "bystander"),)
-        ).fetchone()[0]
-        == 2
-    )
+    assert body["user_exists"] is False
+    # checked again from outside the gateway: exactly the user's rows are gone, no orphan is left
+    after = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+    assert {t: before[t] - after[t] for t in TABLES} == {t: body["deleted"].get(t, 0) for t in TABLES}
+    users = db.execute("SELECT tenant, user_id FROM users ORDER BY tenant, user_id").fetchall()
+    assert users == [("acme", "bystander"), ("globex", "ana")]
+    for table in TABLES:
+        if table != "users":
+            orphans = f"SELECT COUNT(*) FROM {table} WHERE uid NOT IN (SELECT id FROM users)"
+            assert db.execute(orphans).fetchone()[0] == 0, table
     db.close()
     assert api(gateway, "get", "/v1/memory/export").status_code == 404
+    assert len(api(gateway, "get", "/v1/memory/export", key="b").json()["sessions"]) == 1
     # the user can start over; nothing of the old data comes back
     gateway.chat("Anything about Sintra?")
     assert gateway.stub is not None and "long walks" not in str(gateway.stub.stats.last_body)

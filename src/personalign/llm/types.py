@@ -48,6 +48,9 @@ class Usage(BaseModel):
     # The share of completion_tokens spent thinking, where the provider reports it (OpenAI's and
     # OpenRouter's usage.completion_tokens_details.reasoning_tokens); 0 when unknown.
     reasoning_tokens: int = 0
+    # The share of prompt_tokens the backend did not evaluate because it reused their state (the
+    # in-process llama.cpp backend's kept prefixes); 0 when unknown or none.
+    cached_prompt_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

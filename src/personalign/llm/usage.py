@@ -19,6 +19,7 @@ class ModelTally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0  # part of completion_tokens, where the provider reports it
+    cached_prompt_tokens: int = 0  # part of prompt_tokens the backend reused instead of evaluating
     cost_usd: float = 0.0
     unpriced_calls: int = 0
 
@@ -46,6 +47,7 @@ class UsageTracker:
             t.prompt_tokens += usage.prompt_tokens
             t.completion_tokens += usage.completion_tokens
             t.reasoning_tokens += usage.reasoning_tokens
+            t.cached_prompt_tokens += usage.cached_prompt_tokens
             if cost is None:
                 t.unpriced_calls += 1
             else:

@@ -28,7 +28,8 @@ from starlette.types import Message as AsgiMessage
 
 from personalign.errors import DataError, ModelCallError, PersonalignError
 from personalign.llm import GenerateConfig, ModelFactory
-from personalign.memory.engine import MemoryEngine, RetrievalConfig
+from personalign.memory.backend import MemoryBackend
+from personalign.memory.engine import RetrievalConfig
 from personalign.memory.select import (
     SelectionPolicy,
     applied,
@@ -55,7 +56,7 @@ class GatewayConfig:
 
     upstreams: Sequence[str]
     keys: KeyRing
-    store: str = ":memory:"
+    store: str | MemoryBackend = ":memory:"  # a path, sqlite:///PATH, postgresql://..., or a store
     embedder: str | None = "minilm"
     extractor: str | None = None  # model spec for background extraction; None: sessions only
     judge: str | None = None  # model spec deciding which preferences apply; None: policy/apply all
@@ -67,7 +68,6 @@ class GatewayConfig:
     # Builds the model factory of upstream calls (tests inject scripted backends); default: no cache.
     factory: Callable[[], ModelFactory] | None = None
     extractor_factory: Callable[[], ModelFactory] | None = None
-    engine: MemoryEngine | None = None  # an engine built elsewhere (benchmarks pre-fill a store)
     version: str = field(default="0.1.0")
 
 
@@ -221,18 +221,18 @@ class RequestContext:
 
 def create_app(config: GatewayConfig) -> FastAPI:
     """Build the gateway (store, engine, upstream models, extraction worker) as a FastAPI app."""
-    engine = config.engine or MemoryEngine(
+    service = MemoryService(
         config.store,
         embedder=config.embedder,
         config=RetrievalConfig(k_sessions=config.k_sessions, k_memories=config.k_memories),
+        shards=config.index_shards,
     )
-    service = MemoryService(engine, shards=config.index_shards)
     factory = config.factory() if config.factory is not None else ModelFactory(cache=None)
     upstreams = Upstreams(factory, config.upstreams)
     judge = factory.get(config.judge) if config.judge else None
     worker = (
         ExtractionWorker(
-            engine.store,
+            service.view,
             config.extractor,
             workers=config.extraction_workers,
             factory=config.extractor_factory,
@@ -279,8 +279,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             if worker is not None:
                 await run_in_threadpool(worker.close)
             await upstreams.aclose()
-            if config.engine is None:
-                service.close()
+            service.close()
 
     app = FastAPI(
         title="personalign gateway",
@@ -385,7 +384,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         gen = generate_config(body)
         turn_messages = [{"role": "user", "content": last_user}]
         if user is not None:  # what the store would refuse is refused before the upstream is paid
-            service.check_exchange(key.tenant, user, turn_messages)
+            service.check_exchange(turn_messages)
 
         async def record(answer: str, finish: str | None) -> None:
             """Store the exchange; raises ApiError when it cannot be stored (the turn is then not
@@ -418,7 +417,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             metrics.inc("personalign_turns_recorded_total")
             metrics.observe("personalign_record_seconds", time.perf_counter() - recording)
             if worker is not None:
-                worker.submit(sid)
+                worker.submit(key.tenant, user)
             if sid not in warming:  # index upkeep after the answer, not before the next one
                 warming[sid] = asyncio.create_task(warm(key.tenant, user, last_user, qvec, sid))
 
@@ -649,8 +648,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
         """Delete everything stored about the user; the answer lists rows deleted and rows left (zero)."""
         who = required_user(request, key, user)
         deleted = await run_in_threadpool(service.delete_user, key.tenant, who)
-        left = await run_in_threadpool(service.remaining_rows, scoped_id(key.tenant, who))
-        return {"deleted": deleted, "remaining": left}
+        exists = await run_in_threadpool(service.has_user, key.tenant, who)
+        return {"deleted": deleted, "user_exists": exists}
 
     @app.get("/v1/memory/export", tags=["memory"])
     async def export(
@@ -666,7 +665,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def healthz() -> Response:
         """Liveness and store readiness (no authentication)."""
         try:
-            await run_in_threadpool(engine.store._read, "SELECT 1")
+            await run_in_threadpool(service.ping)
         except Exception:
             return JSONResponse({"status": "store unavailable"}, status_code=503)
         return JSONResponse({"status": "ok"})

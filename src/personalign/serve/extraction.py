@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 
 from personalign.llm import ModelFactory
+from personalign.memory.backend import MemoryBackend, UnknownUserError
 from personalign.memory.extract import extract_pending
-from personalign.memory.store import MemoryStore, UnknownUserError
 from personalign.serve.observe import log_event
 
 
@@ -22,21 +22,21 @@ class ExtractionWorker:
 
     def __init__(
         self,
-        store: MemoryStore,
+        view: Callable[[str], MemoryBackend],
         model_spec: str,
         *,
         workers: int = 2,
         factory: Callable[[], ModelFactory] | None = None,
     ) -> None:
-        self.store = store
+        self.view = view  # tenant -> the store bound to it
         self.model_spec = model_spec
         self.stats = {"queued": 0, "done": 0, "failed": 0, "memories": 0}
-        self._pending: set[str] = set()
+        self._pending: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._running = 0
         self._loop = asyncio.new_event_loop()
-        self._queue: asyncio.Queue[str | None] | None = None
+        self._queue: asyncio.Queue[tuple[str, str] | None] | None = None
         self._make_factory = factory or (lambda: ModelFactory(cache=None))
         self._workers = workers
         self._ready = threading.Event()
@@ -57,15 +57,16 @@ class ExtractionWorker:
         self._loop.run_until_complete(self._factory.aclose())
         self._loop.close()
 
-    def submit(self, scoped_user: str) -> bool:
-        """Queue extraction for a user; False when that user is already waiting (coalesced)."""
+    def submit(self, tenant: str, user: str) -> bool:
+        """Queue extraction for a tenant's user; False when that user is already waiting (coalesced)."""
+        job = (tenant, user)
         with self._lock:
-            if scoped_user in self._pending:
+            if job in self._pending:
                 return False
-            self._pending.add(scoped_user)
+            self._pending.add(job)
             self.stats["queued"] += 1
         assert self._queue is not None
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, scoped_user)
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, job)
         return True
 
     @property
@@ -76,14 +77,14 @@ class ExtractionWorker:
     async def _consume(self) -> None:
         assert self._queue is not None
         while True:
-            user = await self._queue.get()
-            if user is None:
+            job = await self._queue.get()
+            if job is None:
                 return
             with self._lock:
-                self._pending.discard(user)
+                self._pending.discard(job)
                 self._running += 1
             try:
-                report = await extract_pending(self.store, user, self._model)
+                report = await extract_pending(self.view(job[0]), job[1], self._model)
             except UnknownUserError:
                 outcome, n = "done", 0  # the user was deleted meanwhile: nothing to do
             except Exception as exc:

@@ -1,13 +1,13 @@
-"""The gateway's one door to the memory store: tenant-scoped users over today's `MemoryEngine`.
+"""The gateway's one door to the memory store: tenant-scoped users over `MemoryEngine` / `open_store`.
 
-Every store call goes through :class:`MemoryService`, which keys a user as an opaque
-(tenant, user) pair: ``scoped_id`` builds a length-prefixed composite (``"<len(tenant)>:<tenant>:<user>"``),
-so no choice of tenant or user text can produce another pair's id, and the id only ever reaches
-the store as a bound SQL parameter. When the storage slice (``open_store(url)`` with a tenant
-column, ``delete_user``, ``export_user``) lands, this module is the only one to switch.
+A store handle is bound to one tenant (``tenant_view``), so a tenant's requests can only ever name
+that tenant's users; user ids are opaque data, passed to the store as bound SQL parameters. Each
+tenant's users are spread over ``shards`` engines (independently locked indexes) by a hash of the
+(tenant, user) pair, so index upkeep for one user holds up only its shard.
 
-The deletion and export helpers below reach into the SQLite store directly (a stop-gap until the
-store offers them): every statement is parameterised and names the scoped user id.
+The store offers no single-memory delete yet: :meth:`MemoryService.delete_memory` and the
+retirement of a corrected fact use the SQL store's transaction helpers (parameterised statements,
+the same on SQLite and PostgreSQL).
 """
 
 from __future__ import annotations
@@ -18,21 +18,21 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from personalign.errors import DataError
-from personalign.llm import Model
-from personalign.memory.engine import MemoryBlock, MemoryEngine, Retrieval
-from personalign.memory.select import SelectionPolicy
-from personalign.memory.store import NewSession, UnknownUserError, check_text, validate_messages
-from personalign.memory.types import CommunicationContext, MemoryRecord
+from personalign.memory.backend import MemoryBackend, NewSession, UnknownUserError
+from personalign.memory.engine import MemoryEngine, Retrieval, RetrievalConfig
+from personalign.memory.sqlbase import SqlStore, check_text, validate_messages
+from personalign.memory.stores import open_store
+from personalign.memory.types import MemoryRecord
+from personalign.retrieval import Embedder, load_embedder
 
 MAX_USER_CHARS = 128
-# The tables that hold a user's rows, children first (deletion order).
-USER_TABLES = ("embeddings", "extractions", "memory_history", "memories", "turns", "sessions", "users")
 
 
 def check_user(user: Any, source: str = "request") -> str:
@@ -46,7 +46,8 @@ def check_user(user: Any, source: str = "request") -> str:
 
 
 def scoped_id(tenant: str, user: str) -> str:
-    """The store's id for ``user`` of ``tenant``: injective (the tenant's length comes first)."""
+    """The gateway's own key for a (tenant, user) pair (its in-memory maps, log pseudonyms): injective,
+    the tenant's length comes first. The store keys users by the pair itself."""
     return f"{len(tenant)}:{tenant}:{user}"
 
 
@@ -58,7 +59,7 @@ def split_scoped(scoped: str) -> tuple[str, str]:
 
 
 def memory_json(m: MemoryRecord) -> dict[str, Any]:
-    """A memory as the REST API shows it (without the scoped user id)."""
+    """A memory as the REST API shows it."""
     data = asdict(m)
     del data["user_id"]
     data["evidence_turns"] = list(m.evidence_turns)
@@ -69,51 +70,65 @@ def memory_json(m: MemoryRecord) -> dict[str, Any]:
 class MemoryService:
     """Tenant-scoped memory operations for the gateway (all blocking: call them off the event loop)."""
 
-    def __init__(self, engine: MemoryEngine, *, shards: int = 1) -> None:
-        """``shards``: engines over the same store and embedder, each user's index in one of them
-        (by a hash of the scoped id), so index upkeep for one user holds up only its shard."""
-        self.engine = engine
-        self.store = engine.store
-        self.engines = [engine] + [
-            MemoryEngine(engine.store, embedder=engine.embedder, config=engine.config)
-            for _ in range(max(1, shards) - 1)
-        ]
-        self._users_lock = threading.Lock()
-        self._known: set[str] = set()
-
-    def shard(self, sid: str) -> MemoryEngine:
-        digest = hashlib.blake2b(sid.encode("utf-8", "surrogatepass"), digest_size=4).digest()
-        return self.engines[int.from_bytes(digest, "big") % len(self.engines)]
+    def __init__(
+        self,
+        store: MemoryBackend | str | Path,
+        *,
+        embedder: Embedder | str | None = "minilm",
+        config: RetrievalConfig | None = None,
+        shards: int = 1,
+    ) -> None:
+        self.store = open_store(store)
+        self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
+        self.config = config or RetrievalConfig()
+        self.shards = max(1, shards)
+        self._engines: dict[tuple[str, int], MemoryEngine] = {}
+        self._views: dict[str, MemoryBackend] = {}
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        self.engine.close()
+        self.store.close()
+
+    def view(self, tenant: str) -> MemoryBackend:
+        """The store bound to ``tenant`` (shares the connections)."""
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                view = self._views[tenant] = self.store.tenant_view(tenant)
+            return view
+
+    def engine(self, tenant: str, user: str) -> MemoryEngine:
+        """The engine (index shard) holding this user's index."""
+        digest = hashlib.blake2b(scoped_id(tenant, user).encode("utf-8", "surrogatepass"), digest_size=4)
+        key = (tenant, int.from_bytes(digest.digest(), "big") % self.shards)
+        view = self.view(tenant)
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = self._engines[key] = MemoryEngine(view, embedder=self.embedder, config=self.config)
+            return engine
+
+    def ping(self) -> None:
+        """Raise when the store does not answer (readiness)."""
+        self.store.schema_version()
 
     # --- request path ------------------------------------------------------------------------
 
-    def ensure_user(self, tenant: str, user: str) -> str:
-        sid = scoped_id(tenant, check_user(user))
-        if sid not in self._known:
-            self.engine.add_user(sid)
-            with self._users_lock:
-                self._known.add(sid)
-        return sid
-
     def has_user(self, tenant: str, user: str) -> bool:
-        return self.store.has_user(scoped_id(tenant, check_user(user)))
+        return self.view(tenant).has_user(check_user(user))
 
-    def _require(self, tenant: str, user: str) -> str:
-        sid = scoped_id(tenant, check_user(user))
-        if not self.store.has_user(sid):
-            raise UnknownUserError(user, self.store.path)
-        return sid
+    def _require(self, tenant: str, user: str) -> MemoryBackend:
+        view = self.view(tenant)
+        if not view.has_user(check_user(user)):
+            raise UnknownUserError(user, f"tenant {tenant!r}")
+        return view
 
     def encode(self, text: str) -> npt.NDArray[np.float32] | None:
-        """The request encoded once by the engine's embedder (None without one): it serves both the
+        """The request encoded once by the embedder (None without one): it serves both the
         retrieval and, since a recorded exchange is embedded by its user turn, the stored session."""
-        embedder = self.engine.embedder
-        if embedder is None or "dense" not in self.engine.config.channels:
+        if self.embedder is None or "dense" not in self.config.channels:
             return None
-        vector: npt.NDArray[np.float32] = embedder.encode([text])[0]
+        vector: npt.NDArray[np.float32] = self.embedder.encode([text])[0]
         return vector
 
     def retrieve(
@@ -129,9 +144,9 @@ class MemoryService:
     ) -> Retrieval:
         """``refresh=False`` while the user's index upkeep (:meth:`warm`) is under way: search the
         index as it is (the exchange being added may be missing) instead of waiting to rebuild it."""
-        sid = self._require(tenant, user)
-        return self.shard(sid).retrieve(
-            sid,
+        self._require(tenant, user)
+        return self.engine(tenant, user).retrieve(
+            user,
             query,
             k_sessions=k_sessions,
             k_memories=k_memories,
@@ -140,19 +155,9 @@ class MemoryService:
             refresh=refresh,
         )
 
-    async def personalize(
-        self,
-        tenant: str,
-        user: str,
-        request: str,
-        context: CommunicationContext | None,
-        *,
-        judge: Model | None,
-        policy: SelectionPolicy | None,
-    ) -> MemoryBlock:
-        """Retrieve, select and render the memory block (the engine's `personalize`)."""
-        sid = scoped_id(tenant, check_user(user))
-        return await self.shard(sid).personalize(sid, request, context, judge=judge, policy=policy)
+    def check_exchange(self, messages: Sequence[Mapping[str, str]]) -> None:
+        """Raise DataError for an exchange the store would refuse (too long, bad text)."""
+        validate_messages(list(messages), source="the last user message", limits=self.store.limits)
 
     def record_turn(
         self,
@@ -169,151 +174,113 @@ class MemoryService:
         ``user_vector``: the exchange's user turn already encoded (see :meth:`encode`), stored as the
         session's embedding instead of encoding the same text again.
         """
-        sid = self.ensure_user(tenant, user)
-        embedder = self.engine.embedder
+        view = self.view(tenant)
+        view.add_user(check_user(user))
         users = [m for m in messages if m.get("role") == "user"]
-        if user_vector is None or embedder is None or len(users) != 1:
-            return self.engine.add_session(sid, list(messages), metadata=metadata, session_id=session_id)
+        if user_vector is None or self.embedder is None or len(users) != 1:
+            return self.engine(tenant, user).add_session(
+                user, list(messages), metadata=metadata, session_id=session_id
+            )
         new = NewSession(
-            list(messages), metadata=metadata, external_id=session_id, vectors={embedder.name: user_vector}
+            list(messages),
+            metadata=metadata,
+            external_id=session_id,
+            vectors={self.embedder.name: user_vector},
         )
-        return self.store.add_sessions(sid, [new])[0]
-
-    def check_exchange(self, tenant: str, user: str, messages: Sequence[Mapping[str, str]]) -> None:
-        """Raise DataError for an exchange the store would refuse (too long, bad text)."""
-        validate_messages(list(messages), source=f"user {user!r} request", limits=self.store.limits)
+        return view.add_sessions(user, [new])[0]
 
     def warm(self, tenant: str, user: str, query: str, query_vector: npt.NDArray[np.float32] | None) -> None:
         """Bring the user's index up to date (new sessions appended, BM25 rebuilt) off the request path."""
-        sid = scoped_id(tenant, user)
-        if self.store.has_user(sid):
-            self.shard(sid).retrieve(sid, query, k_sessions=1, k_memories=1, query_vector=query_vector)
+        if self.view(tenant).has_user(user):
+            self.engine(tenant, user).retrieve(
+                user, query, k_sessions=1, k_memories=1, query_vector=query_vector
+            )
 
-    def refresh(self, sid: str) -> None:
+    def refresh(self, tenant: str, user: str) -> None:
         """Bring a user's index up to date now (after a memory write or delete through the API)."""
-        if self.store.has_user(sid):
-            self.shard(sid).retrieve(sid, "refresh", k_sessions=0, k_memories=0)
+        if self.view(tenant).has_user(user):
+            self.engine(tenant, user).retrieve(user, "refresh", k_sessions=0, k_memories=0)
 
     # --- REST API ----------------------------------------------------------------------------
 
     def memories(self, tenant: str, user: str, *, include_superseded: bool) -> list[MemoryRecord]:
-        return self.engine.memories(self._require(tenant, user), include_superseded=include_superseded)
+        return self._require(tenant, user).memories(user, include_superseded=include_superseded)
 
     def add_memory(self, tenant: str, user: str, content: str, **fields: Any) -> MemoryRecord:
-        sid = self.ensure_user(tenant, user)
-        record = self.engine.add_memory(sid, content, **fields)
-        self.refresh(sid)
+        view = self.view(tenant)
+        view.add_user(check_user(user))
+        record = view.add_memory(user, content, **fields)
+        self.refresh(tenant, user)
         return record
 
     def memory(self, tenant: str, user: str, memory_id: int) -> MemoryRecord:
-        sid = self._require(tenant, user)
-        for m in self.store.memories(sid, include_superseded=True):
+        for m in self._require(tenant, user).memories(user, include_superseded=True):
             if m.id == memory_id:
                 return m
         raise DataError(f"user {user!r}", None, "memory_id", f"no memory {memory_id} for this user")
 
     def chain(self, tenant: str, user: str, memory_id: int) -> list[MemoryRecord]:
         self.memory(tenant, user, memory_id)
-        return self.store.memory_chain(self._require(tenant, user), memory_id)
+        return self.view(tenant).memory_chain(user, memory_id)
 
     def correct(self, tenant: str, user: str, memory_id: int, content: str) -> MemoryRecord:
         """A corrected version of a memory: same kind, category and context factor, superseding it."""
         old = self.memory(tenant, user, memory_id)
-        sid = self._require(tenant, user)
-        new = self.engine.add_memory(
-            sid, content, kind=old.kind, category=old.category, context_factor=old.context_factor
+        view = self.view(tenant)
+        new = view.add_memory(
+            user, content, kind=old.kind, category=old.category, context_factor=old.context_factor
         )
         if old.kind != "preference":  # facts never supersede each other: retire the old one explicitly
-            self._retire(sid, old.id, new.id)
+            with self._sql(view)._write() as tx:
+                uid = self._sql(view)._uid(tx, user, lock=True)
+                now = time.time()
+                tx.run(
+                    "UPDATE memories SET valid_to = ?, superseded_by = ? WHERE id = ? AND uid = ?",
+                    (now, new.id, old.id, uid),
+                )
+                tx.run(
+                    "INSERT INTO memory_history (uid, memory_id, event, at, detail)"
+                    " VALUES (?, ?, 'superseded', ?, ?)",
+                    (uid, old.id, now, json.dumps({"by": new.id})),
+                )
+                tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
             new = self.memory(tenant, user, new.id)
-        self.refresh(sid)
+        self.refresh(tenant, user)
         return new
-
-    def _retire(self, sid: str, old_id: int, new_id: int) -> None:
-        with self.store._write() as cur:
-            now = time.time()
-            cur.execute(
-                "UPDATE memories SET valid_to = ?, superseded_by = ? WHERE id = ? AND user_id = ?",
-                (now, new_id, old_id, sid),
-            )
-            cur.execute(
-                "INSERT INTO memory_history (user_id, memory_id, event, at, detail)"
-                " VALUES (?, ?, 'superseded', ?, ?)",
-                (sid, old_id, now, json.dumps({"by": new_id})),
-            )
-            cur.execute("UPDATE users SET revision = revision + 1 WHERE user_id = ?", (sid,))
 
     def delete_memory(self, tenant: str, user: str, memory_id: int) -> None:
         """Remove one memory, its history and its embeddings. Versions it superseded stay retired."""
         self.memory(tenant, user, memory_id)
-        sid = self._require(tenant, user)
-        with self.store._write() as cur:
-            cur.execute(
-                "UPDATE memories SET superseded_by = NULL WHERE user_id = ? AND superseded_by = ?",
-                (sid, memory_id),
+        view = self._sql(self.view(tenant))
+        with view._write() as tx:
+            uid = view._uid(tx, user, lock=True)
+            tx.run(
+                "UPDATE memories SET superseded_by = NULL WHERE uid = ? AND superseded_by = ?",
+                (uid, memory_id),
             )
-            cur.execute("DELETE FROM memory_history WHERE user_id = ? AND memory_id = ?", (sid, memory_id))
-            cur.execute(
-                "DELETE FROM embeddings WHERE user_id = ? AND unit = 'm' AND unit_id = ?", (sid, memory_id)
-            )
-            cur.execute("DELETE FROM memories WHERE user_id = ? AND id = ?", (sid, memory_id))
-            cur.execute("UPDATE users SET revision = revision + 1 WHERE user_id = ?", (sid,))
-        self.refresh(sid)
+            tx.run("DELETE FROM memory_history WHERE uid = ? AND memory_id = ?", (uid, memory_id))
+            tx.run("DELETE FROM embeddings WHERE uid = ? AND unit = 'm' AND unit_id = ?", (uid, memory_id))
+            tx.run("DELETE FROM memories WHERE uid = ? AND id = ?", (uid, memory_id))
+            tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
+        self.refresh(tenant, user)
+
+    @staticmethod
+    def _sql(view: MemoryBackend) -> SqlStore:
+        if not isinstance(view, SqlStore):
+            raise TypeError(f"{type(view).__name__} is not an SQL store")
+        return view
 
     def delete_user(self, tenant: str, user: str) -> dict[str, int]:
-        """Delete every row of the user in one transaction; return the rows deleted per table.
-
-        Afterwards the store is queried again for each table: any remaining row raises.
-        """
-        sid = self._require(tenant, user)
-        deleted: dict[str, int] = {}
-        engine = self.shard(sid)
-        with engine._lock, self.store._write() as cur:
-            cur.execute("UPDATE memories SET superseded_by = NULL WHERE user_id = ?", (sid,))
-            for table in USER_TABLES:
-                cur.execute(f"DELETE FROM {table} WHERE user_id = ?", (sid,))  # table: a constant
-                deleted[table] = cur.rowcount
-            engine._indexes.pop(sid, None)
-        with self._users_lock:
-            self._known.discard(sid)
-        left = self.remaining_rows(sid)
-        if any(left.values()):
-            raise RuntimeError(f"rows left after deleting a user: {left}")
-        return deleted
-
-    def remaining_rows(self, sid: str) -> dict[str, int]:
-        """How many rows each table still holds for a scoped user id (all zero after a delete)."""
-        return {
-            table: int(self.store._read(f"SELECT COUNT(*) FROM {table} WHERE user_id = ?", (sid,))[0][0])
-            for table in USER_TABLES
-        }
+        """Delete every row of the user in one transaction (and their index); rows deleted per table."""
+        self._require(tenant, user)
+        return self.engine(tenant, user).delete_user(user)
 
     def export_user(self, tenant: str, user: str) -> dict[str, Any]:
         """Everything stored about a user, as JSON-ready data."""
-        sid = self._require(tenant, user)
-        sessions = [
-            {
-                "id": s.id,
-                "external_id": s.external_id,
-                "timestamp": s.timestamp,
-                "metadata": s.metadata,
-                "turns": [{"index": t.index, "role": t.role, "content": t.content} for t in s.turns],
-            }
-            for s in self.store.sessions(sid)
+        data = self._require(tenant, user).export_user(user)
+        data["user"] = data.pop("user_id")
+        data["memories"] = [
+            {**{k: v for k, v in m.items() if k != "user_id"}, "current": m.get("valid_to") is None}
+            for m in data["memories"]
         ]
-        extractions = [
-            {"session_id": r[0], "extractor": r[1], "status": r[2], "error": r[3], "n_memories": r[4]}
-            for r in self.store._read(
-                "SELECT session_id, extractor, status, error, n_memories FROM extractions"
-                " WHERE user_id = ? ORDER BY session_id",
-                (sid,),
-            )
-        ]
-        return {
-            "tenant": tenant,
-            "user": user,
-            "sessions": sessions,
-            "memories": [memory_json(m) for m in self.store.memories(sid, include_superseded=True)],
-            "history": self.store.history(sid),
-            "extractions": extractions,
-        }
+        return data
