@@ -87,19 +87,28 @@ def make_keys() -> tuple[KeyRing, dict[str, str]]:
 @pytest.fixture
 def gateway_factory(tmp_path: Any) -> Iterator[Callable[..., Gateway]]:
     started: list[Gateway] = []
+    owned: list[StubServer] = []
 
     def start(
-        *, upstream: str | None = None, extract_delay: float | None = None, latency: float = 0.0, **cfg: Any
+        *,
+        upstream: str | None = None,
+        extract_delay: float | None = None,
+        latency: float = 0.0,
+        store: str | None = None,
+        keys: tuple[KeyRing, dict[str, str]] | None = None,
+        stub: StubServer | None = None,
+        **cfg: Any,
     ) -> Gateway:
-        stub = None
+        own_stub = None
         if upstream is None:
-            stub = StubServer(latency=latency).start()
+            if stub is None:
+                stub = own_stub = StubServer(latency=latency).start()
             upstream = f"stub=openai-compat/stub@{stub.base_url}"
-        ring, plain = make_keys()
+        ring, plain = keys or make_keys()
         config = GatewayConfig(
             upstreams=[upstream],
             keys=ring,
-            store=str(tmp_path / f"gw{len(started)}.sqlite"),
+            store=store or str(tmp_path / f"gw{len(started)}.sqlite"),
             embedder="hash",
             extractor=EXTRACTOR if extract_delay is not None else None,
             extractor_factory=extractor_factory(extract_delay or 0.0),
@@ -108,14 +117,16 @@ def gateway_factory(tmp_path: Any) -> Iterator[Callable[..., Gateway]]:
         server = GatewayServer(config).start()
         gw = Gateway(server, stub, plain, httpx.Client(base_url=server.url, timeout=30))
         started.append(gw)
+        if own_stub is not None:
+            owned.append(own_stub)
         return gw
 
     yield start
     for gw in started:
         gw.client.close()
         gw.server.stop()
-        if gw.stub is not None:
-            gw.stub.stop()
+    for stub in owned:
+        stub.stop()
 
 
 @pytest.fixture
