@@ -1,14 +1,15 @@
 """Latency the gateway adds over calling the upstream directly, with retrieval on a large store.
 
     .venv/bin/python benchmarks/serve_latency.py [--sessions 100000] [--per-user 100] [--latency 0.1]
+        [--postgres auto|URL] [--replicas 2]
         [--concurrency 32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
 
-1. Fills a SQLite memory store with ``--sessions`` sessions (5 turns each) of users holding
+1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions (5 turns each) of users holding
    ``--per-user`` sessions, stored directly with random unit vectors under the embedder's name (the
    dense search cost does not depend on the values; encoding 10^5 sessions would take minutes).
 2. Starts the loopback stub upstream (fixed ``--latency``, streaming SSE) and the gateway
-   (``personalign.serve``, httptools + uvloop) in their own processes, so the load generator's CPU
-   is not counted against either.
+   (``personalign.serve``, httptools + uvloop; ``--replicas`` processes sharing the store, clients
+   sent to them in turn) in their own processes, so the load generator's CPU is not counted.
 3. Drives ``--concurrency`` streaming clients: first straight at the stub, then through the gateway
    (each request: retrieve from the user's history, inject, forward, stream, record the exchange).
    Each active user is touched once before the timed run (their index is built then; the first
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -43,14 +45,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory_speed import make_session  # noqa: E402
 
 from personalign.memory.backend import NewSession  # noqa: E402
-from personalign.memory.store import MemoryStore  # noqa: E402
+from personalign.memory.stores import open_store  # noqa: E402
 from personalign.serve.keys import KeyRing, new_key  # noqa: E402
 
 TENANT = "bench"
 CONTENT = re.compile(rb'"content": ?"[^"]')  # a non-empty content delta
 
 
-def fill_store(path: Path, sessions: int, per_user: int, embedder: str | None) -> dict[str, list[str]]:
+def fill_store(target: str, sessions: int, per_user: int, embedder: str | None) -> dict[str, list[str]]:
     """The store, filled; returns a few queries per user."""
     from personalign.retrieval import load_embedder
 
@@ -60,7 +62,7 @@ def fill_store(path: Path, sessions: int, per_user: int, embedder: str | None) -
         name, dim = model.name, model.dim
     rng = random.Random(0)
     vec_rng = np.random.default_rng(0)
-    store = MemoryStore(path, tenant=TENANT)
+    store = open_store(target, tenant=TENANT)
     users = max(1, sessions // per_user)
     queries: dict[str, list[str]] = {}
     for u in range(users):
@@ -121,6 +123,20 @@ def process(args: list[str], ready: str) -> Iterator[subprocess.Popen[str]]:
         child.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def postgres(option: str | None) -> Iterator[str | None]:
+    """None (SQLite), the given database URL, or ('auto') a fresh database on a throwaway server
+    started from the system's binaries (tests/support/postgres.py)."""
+    if option is None or option != "auto":
+        yield option
+        return
+    sys.path.insert(0, str(ROOT))
+    from tests.support.postgres import postgres_server
+
+    with postgres_server() as server:
+        yield server.create_database("gateway_bench")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc), all its threads included."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -154,22 +170,22 @@ def run_gateway(ns: argparse.Namespace) -> None:
 
 
 async def drive(
-    url: str, headers: dict[str, str], jobs: list[tuple[str, str]], concurrency: int
+    urls: list[str], headers: dict[str, str], jobs: list[tuple[str, str]], concurrency: int
 ) -> tuple[list[float], list[float], float, int]:
     """Run the jobs (user, text) with `concurrency` streaming clients; (totals, first bytes, wall, errors)."""
     totals: list[float] = []
     firsts: list[float] = []
     errors = 0
-    queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-    for job in jobs:
-        queue.put_nowait(job)
+    queue: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()  # (url, user, text), replicas in turn
+    for n, job in enumerate(jobs):
+        queue.put_nowait((urls[n % len(urls)], *job))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
 
         async def worker() -> None:
             nonlocal errors
             while not queue.empty():
-                user, text = queue.get_nowait()
+                url, user, text = queue.get_nowait()
                 body = {"model": "stub", "user": user, "stream": True,
                         "messages": [{"role": "user", "content": text}]}  # fmt: skip
                 started = time.perf_counter()
@@ -201,8 +217,8 @@ async def drive(
 
 
 def metric(text: str, name: str) -> float:
-    """The value of one unlabelled sample in a Prometheus text exposition (0 when absent)."""
-    return next((float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == name), 0.0)
+    """The sum of an unlabelled sample over one or more Prometheus text expositions (0 when absent)."""
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == name)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -220,7 +236,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--active-users", type=int, default=200)
     parser.add_argument("--embedder", default="minilm")
-    parser.add_argument("--store", help="reuse a filled store (skips filling)")
+    parser.add_argument("--store", help="reuse a filled SQLite store (skips filling)")
+    parser.add_argument("--postgres", help="'auto' (a throwaway server) or an empty database's URL")
+    parser.add_argument("--replicas", type=int, default=1, help="gateway processes sharing the store")
     # internal: the gateway process
     parser.add_argument("--role", default="bench", choices=["bench", "gateway"])
     parser.add_argument("--upstream")
@@ -232,43 +250,54 @@ def main() -> None:
         return
 
     embedder = None if ns.embedder == "none" else ns.embedder
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Path(ns.store or Path(tmp) / "gateway.sqlite")
+    with tempfile.TemporaryDirectory() as tmp, postgres(ns.postgres) as pg_url:
         started = time.perf_counter()
-        queries_path = store.with_suffix(".queries.json")
-        if ns.store and queries_path.exists():
-            queries = json.loads(queries_path.read_text())
-        else:
+        if pg_url is not None:
+            store = pg_url
             queries = fill_store(store, ns.sessions, ns.per_user, embedder)
-            queries_path.write_text(json.dumps(queries))
+        else:
+            path = Path(ns.store or Path(tmp) / "gateway.sqlite")
+            store = str(path)
+            queries_path = path.with_suffix(".queries.json")
+            if ns.store and queries_path.exists():
+                queries = json.loads(queries_path.read_text())
+            else:
+                queries = fill_store(store, ns.sessions, ns.per_user, embedder)
+                queries_path.write_text(json.dumps(queries))
         fill_s = time.perf_counter() - started
-        print(f"store: {ns.sessions} sessions in {len(queries)} users ({fill_s:.1f} s to fill)", end="")
-        print(f", embedder {ns.embedder}")
+        where = "PostgreSQL" if pg_url else "SQLite"
+        print(
+            f"store ({where}): {ns.sessions} sessions in {len(queries)} users ({fill_s:.1f} s to fill)",
+            end="",
+        )
+        print(f", embedder {ns.embedder}, {ns.replicas} gateway replica(s)")
         key, record = new_key(TENANT, rate=1e6, burst=1_000_000)
         keys = Path(tmp) / "keys.jsonl"
         KeyRing([record]).save(keys)
         headers = {"Authorization": f"Bearer {key}"}
-        gw_port = free_port()
+        ports = [free_port() for _ in range(ns.replicas)]
         rng = random.Random(1)
         active = rng.sample(sorted(queries), min(ns.active_users, len(queries)))
         jobs = [(u, rng.choice(queries[u])) for u in (rng.choice(active) for _ in range(ns.requests))]
-        with stub_process(ns.latency) as upstream:
-            gw_args = [str(Path(__file__).resolve()), "--role", "gateway", "--upstream", upstream]
-            gw_args += ["--keys", str(keys), "--store", str(store), "--port", str(gw_port)]
-            gw_args += ["--embedder", ns.embedder]
-            with process(gw_args, f"http://127.0.0.1:{gw_port}/healthz") as _gw:
-                direct_url = f"{upstream}/chat/completions"
-                gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-                # cold: the first touch of each active user (index build) through the gateway
-                cold, _, _, cold_err = asyncio.run(
-                    drive(gw_url, headers, [(u, queries[u][0]) for u in active], ns.concurrency)
-                )
-                d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, ns.concurrency))
-                cpu_before = cpu_seconds(_gw.pid)
-                g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_url, headers, jobs, ns.concurrency))
-                time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
-                gw_cpu = cpu_seconds(_gw.pid) - cpu_before
-                metrics = httpx.get(f"http://127.0.0.1:{gw_port}/metrics").text
+        with stub_process(ns.latency) as upstream, contextlib.ExitStack() as replicas:
+            gateways = []
+            for port in ports:
+                gw_args = [str(Path(__file__).resolve()), "--role", "gateway", "--upstream", upstream]
+                gw_args += ["--keys", str(keys), "--store", store, "--port", str(port)]
+                gw_args += ["--embedder", ns.embedder]
+                gateways.append(replicas.enter_context(process(gw_args, f"http://127.0.0.1:{port}/healthz")))
+            direct_url = [f"{upstream}/chat/completions"]
+            gw_urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
+            # cold: the first touch of each active user (index build) through the gateway(s)
+            cold, _, _, cold_err = asyncio.run(
+                drive(gw_urls, headers, [(u, queries[u][0]) for u in active], ns.concurrency)
+            )
+            d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, ns.concurrency))
+            cpu_before = sum(cpu_seconds(g.pid) for g in gateways)
+            g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_urls, headers, jobs, ns.concurrency))
+            time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
+            gw_cpu = sum(cpu_seconds(g.pid) for g in gateways) - cpu_before
+            metrics = "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
     load = os.getloadavg()[0]
     print(f"stub latency {ns.latency * 1000:.0f} ms, {ns.concurrency} concurrent streaming clients, ", end="")
     print(f"{ns.requests} requests over {len(active)} active users, load average {load:.1f}")
