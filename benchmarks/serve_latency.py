@@ -4,9 +4,10 @@
         [--postgres auto|URL] [--replicas 2]
         [--concurrency 32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
 
-1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions (5 turns each) of users holding
-   ``--per-user`` sessions, stored directly with random unit vectors under the embedder's name (the
-   dense search cost does not depend on the values; encoding 10^5 sessions would take minutes).
+1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions
+   (5 turns each) of users holding ``--per-user`` sessions, stored directly with random unit
+   vectors under the embedder's name (the dense search cost does not depend on the values;
+   encoding 10^5 sessions would take minutes).
 2. Starts the loopback stub upstream (fixed ``--latency``, streaming SSE) and the gateway
    (``personalign.serve``, httptools + uvloop; ``--replicas`` processes sharing the store, clients
    sent to them in turn) in their own processes, so the load generator's CPU is not counted.
