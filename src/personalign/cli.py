@@ -38,6 +38,7 @@ from personalign.cli_common import (
 )
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
+from personalign.cli_serve import register as register_serve
 from personalign.cli_synth import register as register_synth
 from personalign.cli_view import register as register_view
 from personalign.errors import ConfigError
@@ -414,6 +415,7 @@ def agree(
 
 register_memory(app, run_app)
 register_protocol(app)
+register_serve(app)
 register_synth(app, run_app)
 register_view(app)
 

@@ -23,7 +23,7 @@ import uvicorn
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -243,7 +243,34 @@ class StubServer:
             "created": int(time.time()),
             "model": body.get("model"),
         }
+        if body.get("stream"):
+            return _stream(ident, text, finish, usage)
         return JSONResponse({**ident, "object": "chat.completion", "choices": [choice], "usage": usage})
+
+
+def _stream(ident: dict[str, Any], text: str, finish: str | None, usage: dict[str, int]) -> Response:
+    """The answer as OpenAI server-sent events: a role delta, one event per word, the finish
+    reason, the usage (as with ``stream_options.include_usage``), then ``[DONE]``."""
+    import json
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> str:
+        payload = {**ident, "object": "chat.completion.chunk", "choices": choices, **extra}
+        return f"data: {json.dumps(payload)}\n\n"
+
+    pieces = [w + " " for w in text.split(" ")] if text else []
+    if pieces:
+        pieces[-1] = pieces[-1][:-1]
+    events = [event([{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}])]
+    events += [event([{"index": 0, "delta": {"content": p}, "finish_reason": None}]) for p in pieces]
+    events.append(event([{"index": 0, "delta": {}, "finish_reason": finish}]))
+    events.append(event([], usage=usage))
+    events.append("data: [DONE]\n\n")
+
+    async def body() -> Any:
+        for item in events:
+            yield item.encode("utf-8")
+
+    return StreamingResponse(body(), media_type="text/event-stream")
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:

@@ -87,6 +87,15 @@ class BackendResponse(BaseModel):
     headers: dict[str, str] | None = None
 
 
+class StreamChunk(BaseModel):
+    """One piece of a streamed answer: new text, and on the last pieces the finish reason and usage."""
+
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    raw_finish_reason: str | None = None
+
+
 class Completion(BaseModel):
     """The result of `Model.complete`: text plus accounting."""
 
@@ -114,6 +123,7 @@ __all__ = [
     "FinishReason",
     "GenerateConfig",
     "Message",
+    "StreamChunk",
     "Usage",
     "normalize_finish_reason",
 ]

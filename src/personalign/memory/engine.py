@@ -169,12 +169,14 @@ class MemoryEngine:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def _index(self, user_id: str) -> UserIndex:
+    def _index(self, user_id: str, refresh: bool = True) -> UserIndex:
         with self._lock:
             index = self._indexes.get(user_id)
             if index is None:
                 index = self._indexes[user_id] = UserIndex(self.store, user_id, self.embedder)
-            index.refresh()
+                refresh = True
+            if refresh:
+                index.refresh()
             return index
 
     def retrieve(
@@ -187,17 +189,27 @@ class MemoryEngine:
         include_history: bool = False,
         include_superseded: bool = False,
         query_vector: npt.NDArray[np.float32] | None = None,
+        refresh: bool = True,
     ) -> Retrieval:
         """Sessions and memories relevant to ``request``, best first.
 
         Memories: only the newest per context unless ``include_superseded``; ``include_history``
         attaches each returned memory's change history (older versions of the same context).
         ``query_vector``: the request already encoded by the engine's embedder (saves the encoding).
+        ``refresh=False``: search the user's index as last refreshed, for a caller that keeps it up
+        to date off its request path (the gateway); a user's first search always builds it.
         """
         check_text(request, f"user {user_id!r} request", None, "request")
         with self._lock:
             return self._retrieve(
-                user_id, request, k_sessions, k_memories, include_history, include_superseded, query_vector
+                user_id,
+                request,
+                k_sessions,
+                k_memories,
+                include_history,
+                include_superseded,
+                query_vector,
+                refresh,
             )
 
     def _retrieve(
@@ -209,9 +221,10 @@ class MemoryEngine:
         include_history: bool,
         include_superseded: bool,
         query_vector: npt.NDArray[np.float32] | None,
+        refresh: bool = True,
     ) -> Retrieval:
         cfg = self.config
-        index = self._index(user_id)
+        index = self._index(user_id, refresh)
         ks = cfg.k_sessions if k_sessions is None else k_sessions
         km = cfg.k_memories if k_memories is None else k_memories
         qvec = query_vector

@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 import ssl
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from personalign.errors import ModelCallError
@@ -21,7 +21,13 @@ from personalign.llm.cache import json_string
 from personalign.llm.capabilities import openai_fields, reasoning_toggle
 from personalign.llm.ratelimit import rate_headers
 from personalign.llm.spec import ModelSpec
-from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
+from personalign.llm.types import (
+    BackendResponse,
+    GenerateConfig,
+    StreamChunk,
+    Usage,
+    normalize_finish_reason,
+)
 from personalign.types import Message
 
 if TYPE_CHECKING:  # imported where used: ~40 ms that plain-http endpoints never need
@@ -85,6 +91,9 @@ class OpenAICompatBackend:
         self._key = read_key(spec.key_env, spec.label)
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         self._clients: list[httpx.AsyncClient] = []
+        self._stream_client: httpx.AsyncClient | None = None
+        self._headers = headers
+        self._transport = transport
         self._lean: Http1Pool | None = None
         if transport is None and lean_client_applies(spec.base_url):
             self._lean = Http1Pool(spec.base_url, max_connections=spec.concurrency, headers=headers)
@@ -219,7 +228,90 @@ class OpenAICompatBackend:
             body = scrub(content[:200].decode("utf-8", errors="replace"), self._key)
             raise ModelCallError(f"{label}: malformed response body: {body!r}", retryable=True) from None
 
+    async def stream(
+        self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
+    ) -> AsyncIterator[StreamChunk]:
+        """One streamed attempt (``"stream": true``): yield the answer's pieces as the server sends
+        them (server-sent events), the last ones with the finish reason and, where the server
+        reports it, the usage. Raises `ModelCallError` on an HTTP error or a malformed event; no
+        retries (a stream cannot be replayed once pieces have been passed on)."""
+        import httpx
+
+        label = self.spec.label
+        if self._stream_client is None:
+            self._stream_client = httpx.AsyncClient(
+                base_url=self.spec.base_url or "",
+                headers=self._headers,
+                transport=self._transport,
+                timeout=timeout,
+                limits=httpx.Limits(
+                    max_connections=self.spec.concurrency, max_keepalive_connections=self.spec.concurrency
+                ),
+            )
+        body = json.loads(self.encode_payload(messages, config))
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        try:
+            async with self._stream_client.stream(
+                "POST", "/chat/completions", json=body, timeout=timeout
+            ) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode("utf-8", errors="replace")
+                    raise http_status_error(
+                        response.status_code, text, rate_headers(response.headers), label, self._key
+                    )
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank separators, comments, event names
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    chunk = self.parse_stream_event(data)
+                    if chunk is not None:
+                        yield chunk
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, label) from None
+
+    def parse_stream_event(self, data: str) -> StreamChunk | None:
+        """One ``data:`` event of a streamed answer (None for an event that carries nothing)."""
+        label = self.spec.label
+        try:
+            event = json.loads(data)
+            if "error" in event:
+                message = scrub(str(event["error"])[:300], self._key)
+                raise ModelCallError(f"{label}: error in stream: {message}", retryable=False)
+            choices = event.get("choices") or []
+            text, finish = "", None
+            if choices:
+                delta = choices[0].get("delta") or {}
+                text = delta.get("content") or ""
+                finish = choices[0].get("finish_reason")
+            usage = event.get("usage")
+            tokens = (
+                Usage(
+                    prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                    completion_tokens=int(usage.get("completion_tokens") or 0),
+                )
+                if isinstance(usage, dict)
+                else None
+            )
+        except (ValueError, TypeError, AttributeError, IndexError):
+            body = scrub(data[:200], self._key)
+            raise ModelCallError(f"{label}: malformed stream event: {body!r}", retryable=False) from None
+        if not isinstance(text, str):
+            raise ModelCallError(f"{label}: streamed content is not text", retryable=False)
+        if not text and finish is None and tokens is None:
+            return None
+        return StreamChunk(
+            text=text,
+            finish_reason=normalize_finish_reason(finish),
+            usage=tokens,
+            raw_finish_reason=None if finish is None else str(finish),
+        )
+
     async def aclose(self) -> None:
+        if self._stream_client is not None:
+            await self._stream_client.aclose()
         if self._lean is not None:
             await self._lean.aclose()
         for client in self._clients:

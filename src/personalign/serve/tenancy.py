@@ -1,0 +1,286 @@
+"""The gateway's one door to the memory store: tenant-scoped users over `MemoryEngine` / `open_store`.
+
+A store handle is bound to one tenant (``tenant_view``), so a tenant's requests can only ever name
+that tenant's users; user ids are opaque data, passed to the store as bound SQL parameters. Each
+tenant's users are spread over ``shards`` engines (independently locked indexes) by a hash of the
+(tenant, user) pair, so index upkeep for one user holds up only its shard.
+
+The store offers no single-memory delete yet: :meth:`MemoryService.delete_memory` and the
+retirement of a corrected fact use the SQL store's transaction helpers (parameterised statements,
+the same on SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from personalign.errors import DataError
+from personalign.memory.backend import MemoryBackend, NewSession, UnknownUserError
+from personalign.memory.engine import MemoryEngine, Retrieval, RetrievalConfig
+from personalign.memory.sqlbase import SqlStore, check_text, validate_messages
+from personalign.memory.stores import open_store
+from personalign.memory.types import MemoryRecord
+from personalign.retrieval import Embedder, load_embedder
+
+MAX_USER_CHARS = 128
+
+
+def check_user(user: Any, source: str = "request") -> str:
+    """A user id as given by a client: any non-empty text up to 128 characters (opaque data)."""
+    if not isinstance(user, str) or not user:
+        raise DataError(source, None, "user", "a user id must be a non-empty string")
+    if len(user) > MAX_USER_CHARS:
+        raise DataError(source, None, "user", f"a user id has at most {MAX_USER_CHARS} characters")
+    check_text(user, source, None, "user")
+    return user
+
+
+def scoped_id(tenant: str, user: str) -> str:
+    """The gateway's own key for a (tenant, user) pair (its in-memory maps, log pseudonyms): injective,
+    the tenant's length comes first. The store keys users by the pair itself."""
+    return f"{len(tenant)}:{tenant}:{user}"
+
+
+def split_scoped(scoped: str) -> tuple[str, str]:
+    """The (tenant, user) pair back from :func:`scoped_id`."""
+    length, _, rest = scoped.partition(":")
+    n = int(length)
+    return rest[:n], rest[n + 1 :]
+
+
+def memory_json(m: MemoryRecord) -> dict[str, Any]:
+    """A memory as the REST API shows it."""
+    data = asdict(m)
+    del data["user_id"]
+    data["evidence_turns"] = list(m.evidence_turns)
+    data["current"] = m.current
+    return data
+
+
+class MemoryService:
+    """Tenant-scoped memory operations for the gateway (all blocking: call them off the event loop)."""
+
+    def __init__(
+        self,
+        store: MemoryBackend | str | Path,
+        *,
+        embedder: Embedder | str | None = "minilm",
+        config: RetrievalConfig | None = None,
+        shards: int = 1,
+    ) -> None:
+        self.store = open_store(store)
+        self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
+        self.config = config or RetrievalConfig()
+        self.shards = max(1, shards)
+        self._engines: dict[tuple[str, int], MemoryEngine] = {}
+        self._views: dict[str, MemoryBackend] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def view(self, tenant: str) -> MemoryBackend:
+        """The store bound to ``tenant`` (shares the connections)."""
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                view = self._views[tenant] = self.store.tenant_view(tenant)
+            return view
+
+    def engine(self, tenant: str, user: str) -> MemoryEngine:
+        """The engine (index shard) holding this user's index."""
+        digest = hashlib.blake2b(scoped_id(tenant, user).encode("utf-8", "surrogatepass"), digest_size=4)
+        key = (tenant, int.from_bytes(digest.digest(), "big") % self.shards)
+        view = self.view(tenant)
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = self._engines[key] = MemoryEngine(view, embedder=self.embedder, config=self.config)
+            return engine
+
+    def ping(self) -> None:
+        """Raise when the store does not answer (readiness)."""
+        self.store.schema_version()
+
+    # --- request path ------------------------------------------------------------------------
+
+    def has_user(self, tenant: str, user: str) -> bool:
+        return self.view(tenant).has_user(check_user(user))
+
+    def _require(self, tenant: str, user: str) -> MemoryBackend:
+        view = self.view(tenant)
+        if not view.has_user(check_user(user)):
+            raise UnknownUserError(user, f"tenant {tenant!r}")
+        return view
+
+    def encode(self, text: str) -> npt.NDArray[np.float32] | None:
+        """The request encoded once by the embedder (None without one): it serves both the
+        retrieval and, since a recorded exchange is embedded by its user turn, the stored session."""
+        if self.embedder is None or "dense" not in self.config.channels:
+            return None
+        vector: npt.NDArray[np.float32] = self.embedder.encode([text])[0]
+        return vector
+
+    def retrieve(
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        *,
+        k_sessions: int,
+        k_memories: int,
+        query_vector: npt.NDArray[np.float32] | None = None,
+        refresh: bool = True,
+    ) -> Retrieval:
+        """``refresh=False`` while the user's index upkeep (:meth:`warm`) is under way: search the
+        index as it is (the exchange being added may be missing) instead of waiting to rebuild it."""
+        self._require(tenant, user)
+        return self.engine(tenant, user).retrieve(
+            user,
+            query,
+            k_sessions=k_sessions,
+            k_memories=k_memories,
+            include_history=True,
+            query_vector=query_vector,
+            refresh=refresh,
+        )
+
+    def check_exchange(self, messages: Sequence[Mapping[str, str]]) -> None:
+        """Raise DataError for an exchange the store would refuse (too long, bad text)."""
+        validate_messages(list(messages), source="the last user message", limits=self.store.limits)
+
+    def record_turn(
+        self,
+        tenant: str,
+        user: str,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        session_id: str,
+        metadata: Mapping[str, Any],
+        user_vector: npt.NDArray[np.float32] | None = None,
+    ) -> int:
+        """Store one exchange as a session (with its embedding) in one transaction.
+
+        ``user_vector``: the exchange's user turn already encoded (see :meth:`encode`), stored as the
+        session's embedding instead of encoding the same text again.
+        """
+        view = self.view(tenant)
+        view.add_user(check_user(user))
+        users = [m for m in messages if m.get("role") == "user"]
+        if user_vector is None or self.embedder is None or len(users) != 1:
+            return self.engine(tenant, user).add_session(
+                user, list(messages), metadata=metadata, session_id=session_id
+            )
+        new = NewSession(
+            list(messages),
+            metadata=metadata,
+            external_id=session_id,
+            vectors={self.embedder.name: user_vector},
+        )
+        return view.add_sessions(user, [new])[0]
+
+    def warm(self, tenant: str, user: str, query: str, query_vector: npt.NDArray[np.float32] | None) -> None:
+        """Bring the user's index up to date (new sessions appended, BM25 rebuilt) off the request path."""
+        if self.view(tenant).has_user(user):
+            self.engine(tenant, user).retrieve(
+                user, query, k_sessions=1, k_memories=1, query_vector=query_vector
+            )
+
+    def refresh(self, tenant: str, user: str) -> None:
+        """Bring a user's index up to date now (after a memory write or delete through the API)."""
+        if self.view(tenant).has_user(user):
+            self.engine(tenant, user).retrieve(user, "refresh", k_sessions=0, k_memories=0)
+
+    # --- REST API ----------------------------------------------------------------------------
+
+    def memories(self, tenant: str, user: str, *, include_superseded: bool) -> list[MemoryRecord]:
+        return self._require(tenant, user).memories(user, include_superseded=include_superseded)
+
+    def add_memory(self, tenant: str, user: str, content: str, **fields: Any) -> MemoryRecord:
+        view = self.view(tenant)
+        view.add_user(check_user(user))
+        record = view.add_memory(user, content, **fields)
+        self.refresh(tenant, user)
+        return record
+
+    def memory(self, tenant: str, user: str, memory_id: int) -> MemoryRecord:
+        for m in self._require(tenant, user).memories(user, include_superseded=True):
+            if m.id == memory_id:
+                return m
+        raise DataError(f"user {user!r}", None, "memory_id", f"no memory {memory_id} for this user")
+
+    def chain(self, tenant: str, user: str, memory_id: int) -> list[MemoryRecord]:
+        self.memory(tenant, user, memory_id)
+        return self.view(tenant).memory_chain(user, memory_id)
+
+    def correct(self, tenant: str, user: str, memory_id: int, content: str) -> MemoryRecord:
+        """A corrected version of a memory: same kind, category and context factor, superseding it."""
+        old = self.memory(tenant, user, memory_id)
+        view = self.view(tenant)
+        new = view.add_memory(
+            user, content, kind=old.kind, category=old.category, context_factor=old.context_factor
+        )
+        if old.kind != "preference":  # facts never supersede each other: retire the old one explicitly
+            with self._sql(view)._write() as tx:
+                uid = self._sql(view)._uid(tx, user, lock=True)
+                now = time.time()
+                tx.run(
+                    "UPDATE memories SET valid_to = ?, superseded_by = ? WHERE id = ? AND uid = ?",
+                    (now, new.id, old.id, uid),
+                )
+                tx.run(
+                    "INSERT INTO memory_history (uid, memory_id, event, at, detail)"
+                    " VALUES (?, ?, 'superseded', ?, ?)",
+                    (uid, old.id, now, json.dumps({"by": new.id})),
+                )
+                tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
+            new = self.memory(tenant, user, new.id)
+        self.refresh(tenant, user)
+        return new
+
+    def delete_memory(self, tenant: str, user: str, memory_id: int) -> None:
+        """Remove one memory, its history and its embeddings. Versions it superseded stay retired."""
+        self.memory(tenant, user, memory_id)
+        view = self._sql(self.view(tenant))
+        with view._write() as tx:
+            uid = view._uid(tx, user, lock=True)
+            tx.run(
+                "UPDATE memories SET superseded_by = NULL WHERE uid = ? AND superseded_by = ?",
+                (uid, memory_id),
+            )
+            tx.run("DELETE FROM memory_history WHERE uid = ? AND memory_id = ?", (uid, memory_id))
+            tx.run("DELETE FROM embeddings WHERE uid = ? AND unit = 'm' AND unit_id = ?", (uid, memory_id))
+            tx.run("DELETE FROM memories WHERE uid = ? AND id = ?", (uid, memory_id))
+            tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
+        self.refresh(tenant, user)
+
+    @staticmethod
+    def _sql(view: MemoryBackend) -> SqlStore:
+        if not isinstance(view, SqlStore):
+            raise TypeError(f"{type(view).__name__} is not an SQL store")
+        return view
+
+    def delete_user(self, tenant: str, user: str) -> dict[str, int]:
+        """Delete every row of the user in one transaction (and their index); rows deleted per table."""
+        self._require(tenant, user)
+        return self.engine(tenant, user).delete_user(user)
+
+    def export_user(self, tenant: str, user: str) -> dict[str, Any]:
+        """Everything stored about a user, as JSON-ready data."""
+        data = self._require(tenant, user).export_user(user)
+        data["user"] = data.pop("user_id")
+        data["memories"] = [
+            {**{k: v for k, v in m.items() if k != "user_id"}, "current": m.get("valid_to") is None}
+            for m in data["memories"]
+        ]
+        return data

@@ -1,0 +1,59 @@
+"""Index upkeep off the request path: `retrieve(refresh=False)` searches the index as last refreshed,
+memory writes through the API refresh at once, users spread over independently locked shards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from personalign.memory.engine import MemoryEngine
+from personalign.serve.tenancy import MemoryService
+
+
+def turn(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
+
+
+def test_refresh_false_searches_the_index_as_last_refreshed(tmp_path: Path) -> None:
+    engine = MemoryEngine(tmp_path / "m.sqlite", embedder="hash")
+    engine.add_user("u")
+    engine.add_session("u", turn("Kelp counts for Professor Okafor."))
+    # a user's first search builds the index whatever the flag says
+    assert len(engine.retrieve("u", "kelp Okafor", refresh=False).sessions) == 1
+    engine.add_session("u", turn("More kelp counts for Okafor."))
+    assert len(engine.retrieve("u", "kelp Okafor", refresh=False).sessions) == 1  # stale on purpose
+    assert len(engine.retrieve("u", "kelp Okafor").sessions) == 2
+    assert len(engine.retrieve("u", "kelp Okafor", refresh=False).sessions) == 2
+
+
+def test_api_memory_writes_are_searchable_at_once_even_without_a_refreshing_search(tmp_path: Path) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=4)
+    service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
+    assert service.retrieve("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3).sessions
+    added = service.add_memory("t", "ana", "Prefers window seats.", category="travel")
+
+    def memories() -> list[str]:
+        found = service.retrieve("t", "ana", "window seats travel", k_sessions=0, k_memories=5, refresh=False)
+        return [m.memory.content for m in found.memories if m.memory is not None]
+
+    assert memories() == ["Prefers window seats."]
+    service.correct("t", "ana", added.id, "Prefers aisle seats.")
+    assert memories() == ["Prefers aisle seats."]
+    current = service.memories("t", "ana", include_superseded=False)
+    service.delete_memory("t", "ana", current[0].id)
+    assert memories() == []
+
+
+def test_users_spread_over_shards_that_share_one_store(tmp_path: Path) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=8)
+    engines = {id(service.engine("t", f"user{i}")): service.engine("t", f"user{i}") for i in range(64)}
+    assert 4 < len(engines) <= 8
+    assert all(e.store is service.view("t") for e in engines.values())
+    assert service.engine("t", "user1") is service.engine("t", "user1")
+    assert service.engine("u", "user1") is not service.engine("t", "user1")  # tenants never share one
+    for i in range(8):
+        service.record_turn("t", f"user{i}", turn(f"Note {i} about Porto."), session_id="s", metadata={})
+        found = service.retrieve("t", f"user{i}", "Porto note", k_sessions=5, k_memories=0)
+        assert [s.session.turns[0].content for s in found.sessions if s.session] == [f"Note {i} about Porto."]
+    service.delete_user("t", "user3")
+    assert "user3" not in service.engine("t", "user3")._indexes
+    assert not service.has_user("t", "user3") and service.has_user("t", "user4")
