@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from personalign.errors import ConfigError, DataError
 
@@ -180,3 +180,37 @@ def field_path(loc: tuple[int | str, ...]) -> str:
         else:
             parts.append(str(item))
     return ".".join(parts)
+
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+ItemT = TypeVar("ItemT", bound=_HasId)
+
+
+def parse_unique(
+    records: Iterable[RawRecord],
+    parse: Callable[[RawRecord], ItemT],
+    field: str,
+    what: str,
+    note: str = "",
+) -> list[ItemT]:
+    """Parse every record; a second item with an id already seen is a DataError naming the file,
+    the row, `field` and the row where the id first appeared (`note` says what the id is made of)."""
+    items: list[ItemT] = []
+    seen: dict[str, RawRecord] = {}
+    for record in records:
+        item = parse(record)
+        if item.id in seen:
+            detail = f"{note} as row" if note else "first seen at row"
+            raise DataError(
+                record.source,
+                record.row,
+                field,
+                f"duplicate {what} {item.id!r} ({detail} {seen[item.id].row})",
+            )
+        seen[item.id] = record
+        items.append(item)
+    return items

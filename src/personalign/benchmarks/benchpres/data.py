@@ -22,6 +22,7 @@ from personalign.data.files import (
     file_sha256,
     hub_records,
     is_hub_source,
+    parse_unique,
     read_records,
 )
 from personalign.errors import DataError
@@ -72,20 +73,8 @@ def parse_row(record: RawRecord) -> BenchPresRow:
 
 
 def validate_rows(records: Iterable[RawRecord]) -> list[BenchPresRow]:
-    rows: list[BenchPresRow] = []
-    seen: dict[str, RawRecord] = {}
-    for record in records:
-        row = parse_row(record)
-        if row.id in seen:
-            raise DataError(
-                record.source,
-                record.row,
-                "name",
-                f"duplicate row id {row.id!r} (same name, recipient and task as row {seen[row.id].row})",
-            )
-        seen[row.id] = record
-        rows.append(row)
-    return rows
+    """Every row validated; a repeated (name, recipient, task) is refused."""
+    return parse_unique(records, parse_row, "name", "row id", "same name, recipient and task")
 
 
 def _load_hf(spec: str) -> LoadedBenchPres:

@@ -19,6 +19,7 @@ from personalign.benchmarks.benchpres.schema import BENCHPRES_DOMAINS, PREFERENC
 from personalign.benchmarks.benchpres.steps import summarize
 from personalign.errors import ConfigError
 from personalign.redact import safe
+from personalign.report.figures import save_figure
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
@@ -257,12 +258,7 @@ def plot_scatter(points: Sequence[RunPoint], out: Path, stem: str = "benchpres_s
     ax.set_title("BenchPreS: preference application vs. misapplication")
     ax.grid(True, linewidth=0.4, alpha=0.5)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    for path in paths:
-        fig.savefig(path)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out, stem)
 
 
 def write_report(report: BenchPresReport, out: Path) -> str:

@@ -22,6 +22,7 @@ from personalign.data.files import (
     file_sha256,
     hub_records,
     is_hub_source,
+    parse_unique,
     read_records,
 )
 from personalign.errors import DataError
@@ -55,21 +56,8 @@ def parse_instance(record: RawRecord) -> CupidInstance:
 
 
 def validate_instances(records: Iterable[RawRecord]) -> list[CupidInstance]:
-    instances: list[CupidInstance] = []
-    seen: dict[str, RawRecord] = {}
-    for record in records:
-        instance = parse_instance(record)
-        if instance.id in seen:
-            first = seen[instance.id]
-            raise DataError(
-                record.source,
-                record.row,
-                "persona_id",
-                f"duplicate instance id {instance.id!r} (first seen at row {first.row})",
-            )
-        seen[instance.id] = record
-        instances.append(instance)
-    return instances
+    """Every instance validated; a repeated `persona_id#instance_type` is refused."""
+    return parse_unique(records, parse_instance, "persona_id", "instance id")
 
 
 def _load_hf(spec: str) -> LoadedDataset:

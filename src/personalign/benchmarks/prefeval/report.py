@@ -13,6 +13,7 @@ from rich.table import Table as RichTable
 
 from personalign.errors import ConfigError
 from personalign.redact import safe
+from personalign.report.figures import save_figure
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
@@ -141,12 +142,7 @@ def plot_turns(curves: Sequence[Curve], out: Path, stem: str = "prefeval_turns")
         fig.suptitle(
             "Pipeline demonstration with the bundled small model: not a measure of any model", fontsize=9
         )
-    fig.tight_layout()
-    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    for path in paths:
-        fig.savefig(path)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out, stem)
 
 
 def write_report(report: PrefEvalReport, out: Path) -> str:
