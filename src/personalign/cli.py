@@ -27,6 +27,7 @@ from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
 from personalign.cli_synth import register as register_synth
+from personalign.cli_train import register as register_train
 from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
@@ -320,6 +321,7 @@ cli_hicupid.register(app, run_app)
 register_memory(app, run_app)
 register_protocol(app)
 register_synth(app, run_app)
+register_train(app)
 
 
 def main() -> None:
