@@ -71,6 +71,24 @@ def test_sft_learns_resumes_and_writes_a_manifest(tiny_llama: Path, tmp_path: Pa
     assert len(more.losses) == 5
 
 
+def test_top_layer_lora_adapts_only_the_top_layers(tiny_llama: Path, tmp_path: Path) -> None:
+    import transformers
+
+    from personalign.train.trainer import _peft_config, linear_module_names
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama)
+    names = linear_module_names(model)
+    assert "q_proj" in names and "down_proj" in names and "lm_head" not in names
+    lora = LoraSettings(r=4, alpha=8, top_layers=1)
+    config = _peft_config(settings("sft", lora=lora), model)
+    assert config.layers_to_transform == [1]  # the tiny model has 2 layers
+    import peft
+
+    wrapped = peft.get_peft_model(model, config)
+    adapted = {n for n, _ in wrapped.named_parameters() if "lora_A" in n}
+    assert adapted and all(".layers.1." in n for n in adapted)
+
+
 def test_dpo_on_a_merged_sft_adapter_chains_and_loads_through_hf(tiny_llama: Path, tmp_path: Path) -> None:
     exs = examples(1)
     sft = train_stage(

@@ -109,20 +109,40 @@ def _common_args(settings: TrainSettings, out_dir: Path) -> dict[str, Any]:
     }
 
 
+def linear_module_names(model: Any) -> list[str]:
+    """The names of the linear layers inside the transformer blocks (what ``all-linear`` means:
+    every linear layer but the output head)."""
+    import torch
+
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}"
+    }
+    return sorted(names)
+
+
 def _peft_config(settings: TrainSettings, model: Any) -> Any:
     from peft import LoraConfig
 
     lora = settings.lora
     layers: list[int] | None = None
+    targets: str | list[str] = lora.target_modules
+    if "," in targets:
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
     if lora.top_layers is not None:
         n_layers = int(model.config.num_hidden_layers)
         layers = list(range(max(0, n_layers - lora.top_layers), n_layers))
+        if targets == "all-linear":  # PEFT takes a layer subset only with named modules
+            targets = linear_module_names(model)
+        elif isinstance(targets, str):
+            targets = [targets]
     return LoraConfig(
         layers_to_transform=layers,
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
+        target_modules=targets,
         task_type="CAUSAL_LM",
     )
 
@@ -149,6 +169,7 @@ def _base_model(base: str, device: str, merge: Path | None, qlora: bool) -> Any:
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_quant_storage=torch.bfloat16,  # lets FSDP shard the 4-bit weights (fsdp_qlora.yaml)
     )
     model = AutoModelForCausalLM.from_pretrained(where, quantization_config=quant, device_map={"": 0})
     return prepare_model_for_kbit_training(model)
