@@ -102,3 +102,27 @@ def test_bad_hf_options_are_config_errors(tmp_path: Path) -> None:
         build_backend(parse_model_spec("hf/smollm2?dtype=int3"))
     with pytest.raises(ConfigError, match="unknown option"):
         parse_model_spec("hf/smollm2?adapter_sha=abc")
+
+
+def test_run_hicupid_evaluates_a_trained_adapter_through_hf(tiny_llama: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from personalign.cli import app
+
+    adapter = make_adapter(tiny_llama, tmp_path / "sft", seed=1)
+    args = ["--judge", "scripted/b", "--context", "gold", "--split", "test_1", "--limit", "1",
+            "--max-tokens", "4", "--cache", str(tmp_path / "c.sqlite"), "--no-progress"]  # fmt: skip
+    summaries = {}
+    for name, model in (("base", f"hf/{tiny_llama}"), ("tuned", f"hf/{tiny_llama}?adapter={adapter}")):
+        out = CliRunner().invoke(
+            app, ["run", "hicupid", "--model", model, "--run-dir", str(tmp_path / name), *args]
+        )
+        assert out.exit_code == 0, out.output
+        summaries[name] = json.loads((tmp_path / name / "summary.json").read_text())
+        samples = [json.loads(x) for x in (tmp_path / name / "samples.jsonl").read_text().splitlines()]
+        assert samples and all("answer" in s["steps"] for s in samples)
+        answer = samples[0]["steps"]["answer"]
+        assert answer["finish_reasons"] == ["length"]  # 4 tokens from a random model: cut off, and said so
+    base_manifest = json.loads((tmp_path / "base" / "manifest.json").read_text())
+    tuned_manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
+    assert base_manifest["identity_hash"] != tuned_manifest["identity_hash"]
