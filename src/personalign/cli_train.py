@@ -182,3 +182,80 @@ def register(app: typer.Typer) -> None:
     train_app.command(
         "sft-dpo", help="SFT, merge the adapter, then DPO on the merged model (out/sft, out/dpo)."
     )(make("sft-dpo"))
+
+    @train_app.command(
+        "matcher", help="Distil a finished CUPID run's matcher into a small model; report held-out agreement."
+    )
+    def matcher(
+        run: Annotated[Path, typer.Option("--run", help="A finished CUPID run directory (the teacher).")],
+        out: OutOpt,
+        base: BaseOpt = "smollm2",
+        data: Annotated[
+            str | None, typer.Option("--data", help="CUPID data of the run (default: its manifest's).")
+        ] = None,
+        held_out_fraction: Annotated[
+            float, typer.Option("--held-out", help="Share of instances held out for the agreement report.")
+        ] = 0.25,
+        lr: Annotated[float, typer.Option("--lr", help="Learning rate (CUPID's PrefMatcher: 3e-4).")] = 3e-4,
+        epochs: EpochsOpt = 1.0,
+        max_steps: StepsOpt = -1,
+        batch_size: Annotated[
+            int, typer.Option("--batch-size", help="Per-device batch (PrefMatcher: 4).")
+        ] = 4,
+        grad_accum: Annotated[int, typer.Option("--grad-accum", help="Accumulation (PrefMatcher: 8).")] = 8,
+        max_length: MaxLenOpt = 4096,
+        lora_r: Annotated[int, typer.Option("--lora-r", help="LoRA rank (PrefMatcher: 64).")] = 64,
+        lora_alpha: Annotated[int, typer.Option("--lora-alpha", help="LoRA alpha (PrefMatcher: 128).")] = 128,
+        lora_dropout: Annotated[float, typer.Option("--lora-dropout", help="PrefMatcher: 0.0.")] = 0.0,
+        target_modules: Annotated[
+            str,
+            typer.Option("--target-modules", help="Comma-separated (PrefMatcher: q, v, output projections)."),
+        ] = "q_proj,v_proj,o_proj",
+        lora_top_layers: TopLayersOpt = None,
+        gradient_checkpointing: CheckpointingOpt = True,
+        qlora: QloraOpt = False,
+        max_tokens: Annotated[int, typer.Option("--max-tokens", help="Student reply budget.")] = 512,
+        seed: SeedOpt = 0,
+    ) -> None:
+        try:
+            from personalign.train.recipes import train_matcher
+
+            settings = _settings(
+                "sft",
+                learning_rate=lr,
+                epochs=epochs,
+                max_steps=max_steps,
+                batch_size=batch_size,
+                grad_accum=grad_accum,
+                max_length=max_length,
+                lora_r=lora_r,
+                lora_alpha=lora_alpha,
+                lora_dropout=lora_dropout,
+                target_modules=target_modules,
+                lora_top_layers=lora_top_layers,
+                gradient_checkpointing=gradient_checkpointing,
+                qlora=qlora,
+                weight_decay=0.01,
+                seed=seed,
+            )
+            report = train_matcher(
+                run,
+                base,
+                out,
+                settings,
+                held_out_fraction=held_out_fraction,
+                data=data,
+                max_tokens=max_tokens,
+                seed=seed,
+            )
+            held = report["held_out"]
+            assert isinstance(held, dict)
+            kappa = "n/a" if held["kappa"] is None else f"{held['kappa']:.3f}"
+            accuracy = "n/a" if held["accuracy"] is None else f"{held['accuracy']:.3f}"
+            console.print(
+                f"[bold]matcher[/]: held-out agreement with the teacher over {held['items']} items "
+                f"({held['calls']} calls, {held['unparseable_calls']} unparseable): accuracy {accuracy}, "
+                f"Cohen's kappa {kappa}; report {out / 'agreement.json'}"
+            )
+        except PersonalignError as exc:
+            _fail(exc)

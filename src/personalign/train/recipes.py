@@ -76,3 +76,58 @@ def train_sft_dpo(
         resume=resume and (dpo_dir / "checkpoints").is_dir(),
     )
     return first, second
+
+
+def train_matcher(
+    run_dir: Path,
+    base: str,
+    out: Path,
+    settings: TrainSettings,
+    *,
+    held_out_fraction: float = 0.25,
+    data: str | None = None,
+    max_tokens: int = 512,
+    seed: int = 0,
+) -> dict[str, object]:
+    """SFT a student on the run's matcher calls (train part), then report its agreement with the
+    teacher on the held-out instances; written to ``out/agreement.json``."""
+    import json
+
+    from personalign.errors import ConfigError
+    from personalign.train.matcher import agreement_report, held_out, matcher_items, student_replies
+
+    if not 0 < held_out_fraction < 1:
+        raise ConfigError("--held-out must be between 0 and 1")
+    items = matcher_items(run_dir, data)
+    train_items = [i for i in items if not held_out(i.instance_id, held_out_fraction, seed)]
+    test_items = [i for i in items if held_out(i.instance_id, held_out_fraction, seed)]
+    if not train_items or not test_items:
+        raise ConfigError(
+            f"{run_dir}: {len(items)} matcher calls give {len(train_items)} to train on and "
+            f"{len(test_items)} held out; both must be non-empty (change --held-out)"
+        )
+    result = train_stage(
+        base,
+        [i.example() for i in train_items],
+        out,
+        replace(settings, kind="sft"),
+        data_source=str(run_dir),
+    )
+    replies = student_replies(f"hf/{base}?adapter={result.adapter}", test_items, max_tokens)
+    report: dict[str, object] = {
+        "run": str(run_dir),
+        "train_calls": len(train_items),
+        "held_out": agreement_report(test_items, replies),
+        "losses": result.losses,
+    }
+    (out / "agreement.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    with (out / "held_out_replies.jsonl").open("w", encoding="utf-8") as fh:
+        for item, reply in zip(test_items, replies, strict=True):
+            row = {
+                "instance_id": item.instance_id,
+                "step": item.step,
+                "teacher": item.labels,
+                "student": reply,
+            }
+            fh.write(json.dumps(row) + "\n")
+    return report

@@ -128,8 +128,8 @@ def _peft_config(settings: TrainSettings, model: Any) -> Any:
     lora = settings.lora
     layers: list[int] | None = None
     targets: str | list[str] = lora.target_modules
-    if "," in targets:
-        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    if "," in lora.target_modules:
+        targets = [t.strip() for t in lora.target_modules.split(",") if t.strip()]
     if lora.top_layers is not None:
         n_layers = int(model.config.num_hidden_layers)
         layers = list(range(max(0, n_layers - lora.top_layers), n_layers))
