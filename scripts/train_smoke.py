@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--eval-limit", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--skip-train", action="store_true", help="Reuse the adapters in --out.")
+    parser.add_argument("--resume", action="store_true", help="Continue an interrupted training in --out.")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.skip_train:
@@ -61,7 +62,7 @@ def main() -> None:
             "--max-length", str(args.max_length), "--lora-r", "16", "--lora-alpha", "32",
             "--lora-top-layers", "4", "--no-gradient-checkpointing", "--lr", "1e-3",
             "--max-steps", str(args.sft_steps), "--dpo-lr", "5e-5", "--dpo-max-steps", str(args.dpo_steps),
-            "--save-steps", "10",
+            "--save-steps", "5", *(["--resume"] if args.resume else []),
         )  # fmt: skip
     adapter = args.out / "dpo" / "adapter"
     results = {
