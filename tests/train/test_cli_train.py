@@ -53,3 +53,17 @@ def test_bad_options_exit_2_before_loading_a_model(args: list[str], message: str
     assert out.exit_code == 2, out.output
     assert message in " ".join(out.output.split())
     assert not (tmp_path / "o" / "adapter").exists()
+
+
+def test_a_resumed_log_drops_the_steps_after_the_checkpoint(tmp_path: Path) -> None:
+    import json
+
+    from personalign.train.trainer import _losses, _trim_metrics
+
+    log = tmp_path / "metrics.jsonl"
+    # a run killed after logging step 6, its last checkpoint at step 4
+    log.write_text("".join(json.dumps({"step": s, "loss": float(10 - s)}) + "\n" for s in range(1, 7)))
+    _trim_metrics(log, 4)
+    assert _losses(log) == [9.0, 8.0, 7.0, 6.0]
+    _trim_metrics(log, 0)  # a fresh (not resumed) run starts a new log
+    assert not log.exists()

@@ -37,5 +37,22 @@ def adapter_digest(adapter: str | Path) -> str:
             file = part / name
             if file.is_file():
                 digest.update(name.encode())
-                digest.update(file.read_bytes())
+                digest.update(_file_sha256(file).encode())
     return digest.hexdigest()[:16]
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of a file, read in chunks and remembered per (path, size, mtime) for the process:
+    a full-rank adapter of an 8B model is over a gigabyte and specs are parsed more than once."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        _FILE_DIGESTS[key] = digest.hexdigest()
+    return _FILE_DIGESTS[key]

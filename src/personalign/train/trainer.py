@@ -182,6 +182,18 @@ def _last_checkpoint(out_dir: Path) -> str | None:
     return str(found[-1]) if found else None
 
 
+def _trim_metrics(path: Path, keep_through_step: int) -> None:
+    """Keep only the log rows of steps up to ``keep_through_step`` (0: start a fresh log)."""
+    if not path.exists():
+        return
+    if keep_through_step <= 0:
+        path.unlink()
+        return
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [line for line in lines if int(json.loads(line).get("step", 0)) <= keep_through_step]
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
 def _losses(path: Path) -> list[float]:
     if not path.is_file():
         return []
@@ -243,8 +255,8 @@ def train_stage(
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint in {out_dir / 'checkpoints'}")
     metrics = out_dir / "metrics.jsonl"
-    if not resume and metrics.exists():
-        metrics.unlink()
+    start_step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+    _trim_metrics(metrics, start_step)  # a resumed run re-logs the steps after its checkpoint
     device = _device()
     tokenizer = load_tokenizer(base)
     model = _base_model(base, device, merge, settings.qlora)
@@ -294,7 +306,7 @@ def train_stage(
     elif chain.exists():
         chain.unlink()
     steps = int(output.global_step)
-    epochs_seen = steps * settings.batch_size * settings.grad_accum / max(1, len(examples))
+    epochs_seen = (steps - start_step) * settings.batch_size * settings.grad_accum / max(1, len(examples))
     tokens = int(n_tokens * epochs_seen)
     result = {
         "global_step": steps,
