@@ -37,21 +37,26 @@ def evaluate(model: str, run_dir: Path, args: argparse.Namespace) -> dict[str, f
         "--run-dir", str(run_dir), "--cache", str(args.out / "calls.sqlite"), "--no-progress",
     )  # fmt: skip
     summary = json.loads((run_dir / "summary.json").read_text())
-    metrics = summary.get("metrics", summary)
-    overall = metrics.get("overall", metrics)
-    return {"rouge_l": float(overall["rouge_l"]), "bleu": float(overall["bleu"]), "n": int(overall["n"])}
+    overall = summary["qa"]["all"]
+    return {
+        "rouge_l": float(overall["rouge_l"]),
+        "bleu": float(overall["bleu"]),
+        "n": int(overall["n"]),
+        "errors": int(summary["qa"]["n_errors"]),
+        "truncated": int(summary["qa"]["flags"].get("truncated", 0)),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/train-smoke"))
-    parser.add_argument("--sft-steps", type=int, default=30)
-    parser.add_argument("--dpo-steps", type=int, default=10)
+    parser.add_argument("--sft-steps", type=int, default=16)
+    parser.add_argument("--dpo-steps", type=int, default=4)
     parser.add_argument("--context", default="gold")
     parser.add_argument("--max-length", type=int, default=384)
     parser.add_argument("--eval-split", default="test_1")
-    parser.add_argument("--eval-limit", type=int, default=6)
-    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--eval-limit", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=80)
     parser.add_argument("--skip-train", action="store_true", help="Reuse the adapters in --out.")
     parser.add_argument("--resume", action="store_true", help="Continue an interrupted training in --out.")
     args = parser.parse_args()
@@ -78,7 +83,10 @@ def main() -> None:
     print(f"DPO loss {dpo[0]:.3f} -> {dpo[-1]:.3f} over {len(dpo)} steps")
     for name in ("base", "sft", "sft_dpo"):
         r = results[name]
-        print(f"{name:8s} ROUGE-L {r['rouge_l']:.4f}  BLEU {r['bleu']:.4f}  (n={r['n']})")
+        print(
+            f"{name:8s} ROUGE-L {r['rouge_l']:.4f}  BLEU {r['bleu']:.4f}  "
+            f"(n={r['n']}, errors={r['errors']}, truncated={r['truncated']})"
+        )
 
 
 if __name__ == "__main__":
