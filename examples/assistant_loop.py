@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--store", type=Path, default=Path("memory.sqlite"))
+    parser.add_argument(
+        "--store", default="memory.sqlite", help="a SQLite path or URL, or postgresql://user@host:port/db"
+    )
     parser.add_argument("--user", default="demo-user")
     parser.add_argument("--model", default="local/smollm2", help="any personalign model spec")
     parser.add_argument("--embedder", default="minilm", help="minilm (offline default) or hash")

@@ -8,9 +8,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
-from personalign.memory import MemoryEngine, MemoryStore
+from personalign.memory import MemoryEngine, open_store
 
 WRITER = textwrap.dedent(
     """
@@ -30,8 +29,10 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_kill_during_ingestion_leaves_a_consistent_store(tmp_path: Path) -> None:
-    path = tmp_path / "m.sqlite"
+def test_kill_during_ingestion_leaves_a_consistent_store(store_url: str) -> None:
+    """On both stores (tests/memory/conftest.py): a SQLite file, or a PostgreSQL database whose
+    client is killed with transactions open on the server."""
+    path = store_url
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True, env=env
@@ -49,7 +50,7 @@ def test_kill_during_ingestion_leaves_a_consistent_store(tmp_path: Path) -> None
     proc.wait(timeout=10)
     assert committed >= 25, "the writer did not get going"
 
-    store = MemoryStore(path)
+    store = open_store(path)
     assert store.check() == []
     n = store.count_sessions("ana")
     assert n >= committed + 1

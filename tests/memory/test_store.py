@@ -1,13 +1,13 @@
-"""The SQLite store: bad input, per-user scoping, supersession with history, atomic writes."""
+"""Both stores (SQLite, PostgreSQL): bad input, per-user scoping, supersession with history, atomic writes."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from personalign.errors import DataError
-from personalign.memory import Limits, MemoryStore, UnknownUserError, factor_key
+from personalign.memory import Limits, MemoryBackend, UnknownUserError, factor_key
 from personalign.types import Message
 
 CHAT = [
@@ -17,15 +17,18 @@ CHAT = [
 ]
 
 
+MakeStore = Callable[..., MemoryBackend]
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> MemoryStore:
-    s = MemoryStore(tmp_path / "m.sqlite")
+def store(make_store: MakeStore) -> MemoryBackend:
+    s = make_store()
     s.add_user("ana")
     s.add_user("ben")
     return s
 
 
-def test_session_round_trip_in_time_order(store: MemoryStore) -> None:
+def test_session_round_trip_in_time_order(store: MemoryBackend) -> None:
     late = store.add_session("ana", CHAT, timestamp=20.0, metadata={"topic": "update"}, external_id="s2")
     early = store.add_session("ana", [Message(role="user", content="hello there")], timestamp=10.0)
     sessions = store.sessions("ana")
@@ -48,9 +51,9 @@ def test_session_round_trip_in_time_order(store: MemoryStore) -> None:
     ],
 )
 def test_bad_sessions_name_row_and_field(
-    tmp_path: Path, messages: object, row: int | None, field: str, needle: str
+    make_store: MakeStore, messages: object, row: int | None, field: str, needle: str
 ) -> None:
-    store = MemoryStore(tmp_path / "m.sqlite", limits=Limits(max_turns=5, max_chars_per_turn=100))
+    store = make_store(limits=Limits(max_turns=5, max_chars_per_turn=100))
     store.add_user("ana")
     with pytest.raises(DataError) as info:
         store.add_session("ana", messages, external_id="s9")  # type: ignore[arg-type]
@@ -59,7 +62,7 @@ def test_bad_sessions_name_row_and_field(
     assert store.count_sessions("ana") == 0
 
 
-def test_unknown_user_and_bad_user_id(store: MemoryStore) -> None:
+def test_unknown_user_and_bad_user_id(store: MemoryBackend) -> None:
     with pytest.raises(UnknownUserError, match="'zoe'"):
         store.add_session("zoe", CHAT)
     with pytest.raises(UnknownUserError):
@@ -73,7 +76,7 @@ def test_unknown_user_and_bad_user_id(store: MemoryStore) -> None:
         store.add_session("ana", CHAT, external_id="same")
 
 
-def test_reads_and_writes_are_scoped_by_user(store: MemoryStore) -> None:
+def test_reads_and_writes_are_scoped_by_user(store: MemoryBackend) -> None:
     sid = store.add_session("ana", CHAT)
     store.add_memory("ana", "Lead with counts.", context_factor="Professor Okafor", session_id=sid)
     store.add_memory("ben", "Use emojis.", category="markers")
@@ -90,7 +93,7 @@ def test_reads_and_writes_are_scoped_by_user(store: MemoryStore) -> None:
     assert store.memories("ana")[0].current
 
 
-def test_newer_preference_supersedes_and_old_is_kept(store: MemoryStore) -> None:
+def test_newer_preference_supersedes_and_old_is_kept(store: MemoryBackend) -> None:
     old = store.add_memory("ana", "Lead with counts.", context_factor="Professor Ines Okafor", valid_from=1)
     other = store.add_memory("ana", "Three bullets per slide.", context_factor="journal club", valid_from=2)
     new = store.add_memory(
@@ -119,7 +122,7 @@ def test_factor_key_is_word_set() -> None:
     assert factor_key("Brookfield Science Olympiad Team") != factor_key("Brookfield High PTA")
 
 
-def test_a_failed_batch_writes_nothing(store: MemoryStore) -> None:
+def test_a_failed_batch_writes_nothing(store: MemoryBackend) -> None:
     sid = store.add_session("ana", CHAT)
     revision = store.revision("ana")
     items = [
@@ -136,10 +139,10 @@ def test_a_failed_batch_writes_nothing(store: MemoryStore) -> None:
     assert store.check() == []
 
 
-def test_a_batch_of_sessions_is_all_or_nothing(tmp_path: Path) -> None:
+def test_a_batch_of_sessions_is_all_or_nothing(make_store: MakeStore) -> None:
     from personalign.memory import MemoryEngine, NewSession
 
-    engine = MemoryEngine(tmp_path / "m.sqlite", embedder="hash")
+    engine = MemoryEngine(make_store(), embedder="hash")
     engine.add_user("ana")
     good = NewSession(CHAT, timestamp=1.0)
     bad = NewSession([{"role": "user", "content": "hi"}, {"role": "bot", "content": "x"}])

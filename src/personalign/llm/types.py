@@ -48,6 +48,9 @@ class Usage(BaseModel):
     # The share of completion_tokens spent thinking, where the provider reports it (OpenAI's and
     # OpenRouter's usage.completion_tokens_details.reasoning_tokens); 0 when unknown.
     reasoning_tokens: int = 0
+    # The share of prompt_tokens the backend did not evaluate because it reused their state (the
+    # in-process llama.cpp backend's kept prefixes); 0 when unknown or none.
+    cached_prompt_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -79,6 +82,9 @@ class BackendResponse(BaseModel):
     usage: Usage = Usage()
     finish_reason: FinishReason | None = None
     raw: dict[str, Any] | None = None
+    # The response's rate-limit headers (lower-case names; `llm.ratelimit.rate_headers`), read by
+    # the endpoint's adaptive concurrency; never cached.
+    headers: dict[str, str] | None = None
 
 
 class Completion(BaseModel):

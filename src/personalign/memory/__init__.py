@@ -2,7 +2,7 @@
 
 Quick use::
 
-    engine = MemoryEngine("memory.sqlite")
+    engine = MemoryEngine("memory.sqlite")  # or "postgresql://user@host:5432/db"
     engine.add_user("ana")
     engine.add_session("ana", [{"role": "user", "content": "..."}, ...])
     found = engine.retrieve("ana", "Draft the update for Professor Okafor")
@@ -11,10 +11,12 @@ Quick use::
 See docs/memory.md for the full API.
 """
 
+from personalign.memory.backend import DEFAULT_TENANT, MemoryBackend
 from personalign.memory.engine import MemoryBlock, MemoryEngine, Retrieval, RetrievalConfig
 from personalign.memory.extract import BackgroundExtractor, ExtractionReport, extract_pending
 from personalign.memory.select import SelectionPolicy, render_memory_block, select_memories
 from personalign.memory.store import Limits, MemoryStore, NewSession, UnknownUserError
+from personalign.memory.stores import open_store
 from personalign.memory.strategy import (
     retrieve_sessions,
     sessions_memory_block,
@@ -31,10 +33,12 @@ from personalign.memory.types import (
 )
 
 __all__ = [
+    "DEFAULT_TENANT",
     "BackgroundExtractor",
     "CommunicationContext",
     "ExtractionReport",
     "Limits",
+    "MemoryBackend",
     "MemoryBlock",
     "MemoryEngine",
     "MemoryRecord",
@@ -50,6 +54,7 @@ __all__ = [
     "UnknownUserError",
     "extract_pending",
     "factor_key",
+    "open_store",
     "render_memory_block",
     "retrieve_sessions",
     "select_memories",

@@ -1,9 +1,9 @@
 """`MemoryEngine`: record conversations, retrieve what matters for a new request, render a memory block.
 
-The engine owns a :class:`MemoryStore` and one :class:`UserIndex` per user it has searched. Without an
-extraction model it indexes raw sessions; with one (see :mod:`personalign.memory.extract`) it also
-keeps contextual memories, the newest per context, and can decide which ones to apply in a given
-communication context (see :mod:`personalign.memory.select`).
+The engine owns a store (a :class:`MemoryBackend`: SQLite or PostgreSQL) and one :class:`UserIndex`
+per user it has searched. Without an extraction model it indexes raw sessions; with one (see
+:mod:`personalign.memory.extract`) it also keeps contextual memories, the newest per context, and can
+decide which ones to apply in a given communication context (see :mod:`personalign.memory.select`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from personalign.errors import ConfigError
 from personalign.llm import Model
+from personalign.memory.backend import DEFAULT_TENANT, Limits, MemoryBackend, NewSession, UnknownUserError
 from personalign.memory.entities import entity_keys
 from personalign.memory.extract import ExtractionReport, extract_pending
 from personalign.memory.index import CHANNELS, UserIndex, dense_text
@@ -29,15 +30,8 @@ from personalign.memory.select import (
     render_memory_block,
     select_memories,
 )
-from personalign.memory.store import (
-    Limits,
-    MemoryStore,
-    NewSession,
-    UnknownUserError,
-    check_text,
-    session_source,
-    validate_messages,
-)
+from personalign.memory.sqlbase import check_text, session_source, validate_messages
+from personalign.memory.stores import open_store
 from personalign.memory.types import (
     CommunicationContext,
     MemoryRecord,
@@ -89,24 +83,28 @@ class MemoryBlock:
 
 
 class MemoryEngine:
-    """The personalization memory engine over one store file.
+    """The personalization memory engine over one store: a path or URL for :func:`open_store`, or a store.
 
     ``embedder``: an :class:`~personalign.retrieval.Embedder`, a spec for
     :func:`~personalign.retrieval.load_embedder` (default ``minilm``, offline), or None for no dense
     channel. Embeddings are computed when a session is added and cached in the store.
+    ``tenant``: whose users this engine serves (a store object given with another tenant is viewed
+    as that tenant; the default tenant keeps single-tenant behaviour).
     """
 
     def __init__(
         self,
-        store: MemoryStore | str | Path,
+        store: MemoryBackend | str | Path,
         *,
         embedder: Embedder | str | None = "minilm",
         config: RetrievalConfig | None = None,
         limits: Limits | None = None,
+        tenant: str | None = None,
     ) -> None:
-        self.store = (
-            store if isinstance(store, MemoryStore) else MemoryStore(store, limits=limits or Limits())
-        )
+        if isinstance(store, (str, Path)):
+            self.store = open_store(store, limits=limits or Limits(), tenant=tenant or DEFAULT_TENANT)
+        else:
+            self.store = store.tenant_view(tenant) if tenant and tenant != store.tenant else store
         self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
         self.config = config or RetrievalConfig()
         self._indexes: dict[str, UserIndex] = {}
@@ -119,6 +117,16 @@ class MemoryEngine:
 
     def add_user(self, user_id: str) -> None:
         self.store.add_user(user_id)
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Delete the user and all their data from the store (and this engine's index of them)."""
+        with self._lock:
+            self._indexes.pop(user_id, None)
+            return self.store.delete_user(user_id)
+
+    def export_user(self, user_id: str) -> dict[str, Any]:
+        """All of the user's stored data as JSON-able dicts."""
+        return self.store.export_user(user_id)
 
     def add_session(
         self,
@@ -140,7 +148,7 @@ class MemoryEngine:
     def add_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> list[int]:
         """Record several conversations at once: embedded in one batch, stored in one transaction."""
         if not self.store.has_user(user_id):
-            raise UnknownUserError(user_id, self.store.path)
+            raise UnknownUserError(user_id, self.store.url)
         if self.embedder is not None and sessions:
             texts = []
             for n, new in enumerate(sessions):
@@ -156,7 +164,7 @@ class MemoryEngine:
         return self.store.add_sessions(user_id, sessions)
 
     def add_memory(self, user_id: str, content: str, **fields: Any) -> MemoryRecord:
-        """Store a memory directly (e.g. a statement the user gave); see :meth:`MemoryStore.add_memory`."""
+        """Store a memory directly (e.g. a statement the user gave); see :meth:`MemoryBackend.add_memory`."""
         return self.store.add_memory(user_id, content, **fields)
 
     # --- reading -----------------------------------------------------------------------------

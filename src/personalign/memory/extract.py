@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 from personalign.errors import ParseError
 from personalign.judges.parsing import extract_json, require_object
 from personalign.llm import CallCache, GenerateConfig, Model, ModelFactory, default_cache_path
-from personalign.memory.store import MemoryStore
+from personalign.memory.backend import DEFAULT_TENANT, MemoryBackend
+from personalign.memory.stores import open_store
 from personalign.memory.types import MEMORY_KINDS, StoredSession
 from personalign.prompts import load_template
 from personalign.runs.steps import StepFailed, StepRunner
@@ -126,7 +127,7 @@ class ExtractionReport:
 
 
 async def extract_pending(
-    store: MemoryStore, user_id: str, model: Model, *, concurrency: int = 4, max_tokens: int = 600
+    store: MemoryBackend, user_id: str, model: Model, *, concurrency: int = 4, max_tokens: int = 600
 ) -> ExtractionReport:
     """Extract every session of ``user_id`` that ``model`` has not yet extracted successfully.
 
@@ -176,11 +177,12 @@ class BackgroundExtractor:
         cache_path: str | Path | None = None,
         factory: ModelFactory | None = None,
         concurrency: int = 4,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="memory-extractor", daemon=True)
         self._thread.start()
-        self.store = MemoryStore(store_path)
+        self.store = open_store(store_path, tenant=tenant)
         self._own_factory = factory is None
         self.factory = factory or ModelFactory(cache=CallCache(cache_path or default_cache_path()))
         self.model = self.factory.get(model)

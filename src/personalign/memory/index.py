@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from personalign.memory.backend import MemoryBackend
 from personalign.memory.entities import EntityIndex, entity_keys, factor_matches
-from personalign.memory.store import MemoryStore
 from personalign.memory.types import MemoryRecord, StoredSession
 from personalign.retrieval import BM25Index, DenseIndex, Embedder, reciprocal_rank_fusion, tokenize
 
@@ -59,7 +59,7 @@ class _Units:
 class UserIndex:
     """Search structures for one user's sessions and memories, kept in step with the store."""
 
-    def __init__(self, store: MemoryStore, user_id: str, embedder: Embedder | None) -> None:
+    def __init__(self, store: MemoryBackend, user_id: str, embedder: Embedder | None) -> None:
         self.store = store
         self.user_id = user_id
         self.embedder = embedder
@@ -68,15 +68,17 @@ class UserIndex:
         self._s = _Units()
         self._m = _Units()
         self._factor_words: list[frozenset[str]] = []
-        self._revision = -1
+        self._revision: tuple[int, int] = (-1, -1)  # (the user's internal id, revision)
         self._last_session = 0
         self._times: np.ndarray = np.zeros(0)  # (timestamp, seq) of each session, for ordering
         self._seqs: np.ndarray = np.zeros(0, dtype=np.int64)
 
     def refresh(self) -> None:
-        revision = self.store.revision(self.user_id)
+        revision = self.store.user_version(self.user_id)
         if revision == self._revision:
             return
+        if revision[0] != self._revision[0] and self._revision[0] != -1:
+            self._reset()  # the user was deleted and added again: nothing cached is theirs
         new = self.store.sessions(self.user_id, after_id=self._last_session)
         if new:
             self._add_sessions(new)
@@ -88,6 +90,14 @@ class UserIndex:
         if self.embedder is not None:
             self._m.dense_rows = self._embed("m", [m.id for m in self.memories], self._m.texts)
         self._revision = revision
+
+    def _reset(self) -> None:
+        self.sessions, self.memories = [], []
+        self._s, self._m = _Units(), _Units()
+        self._factor_words = []
+        self._last_session = 0
+        self._times = np.zeros(0)
+        self._seqs = np.zeros(0, dtype=np.int64)
 
     def _add_sessions(self, new: Sequence[StoredSession]) -> None:
         self.sessions.extend(new)

@@ -1,0 +1,356 @@
+"""Both stores: tenants, hostile user ids, deleting and exporting a user, migrations, URLs, dense search."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from personalign.errors import ConfigError, DataError
+from personalign.memory import MemoryBackend, MemoryEngine, MemoryStore, UnknownUserError, open_store
+
+MakeStore = Callable[..., MemoryBackend]
+V1_STORE = Path(__file__).parent / "data" / "store_v1.sqlite"  # written by the first store (schema 1)
+CHAT = [
+    {"role": "user", "content": "Write the update for Professor Ines Okafor."},
+    {"role": "assistant", "content": "Here is a draft."},
+    {"role": "user", "content": "Lead with the raw counts, no interpretation."},
+]
+
+
+def vec(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+def fill(store: MemoryBackend, user_id: str) -> None:
+    """Give ``user_id`` a bit of everything: sessions, vectors, superseded memories, extraction rows."""
+    store.add_user(user_id)
+    s1 = store.add_session(user_id, CHAT, timestamp=1.0, external_id="a", vectors={"e": vec(1, 0)})
+    s2 = store.add_session(user_id, CHAT[:1], timestamp=2.0, metadata={"k": [1, 2]})
+    store.add_memories(
+        user_id, [{"content": "Lead with counts.", "context_factor": "Okafor"}], session_id=s1, extractor="x"
+    )
+    m = store.add_memory(user_id, "Lead with the summary.", context_factor="okafor", session_id=s2)
+    store.add_memory(user_id, "Lives by the sea.", kind="fact")
+    store.record_extraction_error(user_id, s2, "x", "reply truncated")
+    store.put_vectors(user_id, "m", "e", {m.id: vec(0, 1)})
+
+
+# --- tenants and isolation ---------------------------------------------------------------------
+
+
+def test_tenants_are_isolated(make_store: MakeStore) -> None:
+    root = make_store()
+    acme = root.tenant_view("acme")
+    assert (root.tenant, acme.tenant) == ("default", "acme")
+    fill(root, "ana")
+    root.add_user("ben")
+    acme.add_user("ana", exist_ok=False)  # the same id in another tenant is another user
+    with pytest.raises(ConfigError, match="already exists"):
+        root.add_user("ana", exist_ok=False)
+    own = acme.add_session("ana", CHAT[:1], timestamp=5.0)
+    assert [s.id for s in acme.sessions("ana")] == [own]
+    assert len(root.sessions("ana")) == 2 and acme.memories("ana") == []
+    assert root.users() == ["ana", "ben"] and acme.users() == ["ana"]
+    assert (root.count_sessions(), acme.count_sessions()) == (2, 1)
+    # nothing of the default tenant is reachable through acme
+    with pytest.raises(UnknownUserError):
+        acme.sessions("ben")
+    assert not acme.has_user("ben")
+    root_session = root.sessions("ana")[0].id
+    with pytest.raises(DataError, match="no session"):
+        acme.add_memory("ana", "x", session_id=root_session)
+    with pytest.raises(DataError, match="no session"):
+        acme.record_extraction_error("ana", root_session, "x", "boom")
+    assert acme.vectors("ana", "s", "e", [root_session]) == {}
+    assert acme.search_vectors("ana", "s", "e", vec(1, 0), 5) == []
+    assert acme.extraction_errors("ana", "x") == {}
+    # deleting acme's ana leaves the default tenant's ana whole
+    before = root.export_user("ana")
+    acme.delete_user("ana")
+    assert root.export_user("ana") == before
+    assert root.check() == []
+    with pytest.raises(DataError, match="tenant"):
+        root.tenant_view("")
+
+
+HOSTILE = [
+    "o'brien",
+    'x"; DROP TABLE users; --',
+    "'; DELETE FROM sessions WHERE '1'='1",
+    "../../etc/passwd",
+    "..\\..\\windows",
+    "ユーザー🙂",
+    "%",
+    "_",
+    "?",
+    "%s",
+    "$1",
+    " ana",
+    "ANA",
+    "a" * 200,
+]
+
+
+def test_hostile_user_ids_are_opaque_data(make_store: MakeStore, tmp_path: Path) -> None:
+    store = make_store()
+    store.add_user("ana")
+    store.add_session("ana", CHAT)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    for user_id in HOSTILE:
+        store.add_user(user_id)
+        store.add_session(user_id, [{"role": "user", "content": f"I am {user_id}"}])
+        store.add_memory(user_id, f"memory of {user_id}")
+    assert sorted(store.users()) == sorted([*HOSTILE, "ana"])
+    for user_id in HOSTILE:
+        assert [s.turns[0].content for s in store.sessions(user_id)] == [f"I am {user_id}"]
+        assert [m.content for m in store.memories(user_id)] == [f"memory of {user_id}"]
+    assert len(store.sessions("ana")) == 1  # untouched by "%", "_", " ana", "ANA"...
+    assert store.check() == [] and store.row_counts()["users"] == len(HOSTILE) + 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == files  # no id became a file
+    # 10 KB ids: refused on write, unknown on read, nothing stored
+    huge = "x'; --" * 1700
+    with pytest.raises(DataError, match="user_id"):
+        store.add_user(huge)
+    assert not store.has_user(huge)
+    for read in (store.sessions, store.memories, store.history, store.export_user, store.delete_user):
+        with pytest.raises(UnknownUserError):
+            read(huge)
+    # one hostile id deleted: only its rows go
+    store.delete_user('x"; DROP TABLE users; --')
+    assert len(store.users()) == len(HOSTILE) and store.check() == []
+
+
+def test_a_nul_in_an_id_or_text_is_refused_where_the_store_cannot_hold_it(make_store: MakeStore) -> None:
+    store = make_store()
+    store.add_user("ana")
+    if getattr(store, "allows_nul", True):
+        pytest.skip("SQLite stores NUL characters as text")
+    with pytest.raises(DataError, match=r"field 'user_id'.*NUL"):
+        store.add_user("a\x00b")
+    with pytest.raises(DataError, match=r"row 0, field 'content'.*NUL"):
+        store.add_session("ana", [{"role": "user", "content": "a\x00b"}])
+    assert not store.has_user("a\x00b")
+    with pytest.raises(UnknownUserError):
+        store.sessions("a\x00b")
+    assert store.count_sessions("ana") == 0
+
+
+# --- deleting and exporting a user ---------------------------------------------------------------
+
+
+def test_delete_user_removes_every_row_of_theirs(make_store: MakeStore) -> None:
+    store = make_store()
+    fill(store, "ben")
+    ben = store.export_user("ben")
+    before = store.row_counts()
+    fill(store, "victim")
+    assert all(store.row_counts()[t] > before[t] for t in before)  # the victim has rows everywhere
+    deleted = store.delete_user("victim")
+    assert store.row_counts() == before  # nothing of the victim's remains, in any table
+    assert deleted["users"] == 1 and deleted["sessions"] == 2 and deleted["memories"] == 3
+    assert not store.has_user("victim") and store.users() == ["ben"]
+    with pytest.raises(UnknownUserError):
+        store.sessions("victim")
+    assert store.export_user("ben") == ben and store.check() == []
+    # the same id added again is a new, empty user
+    store.add_user("victim")
+    assert store.sessions("victim") == [] and store.memories("victim", include_superseded=True) == []
+
+
+def test_an_engine_forgets_a_user_deleted_and_re_added_elsewhere(make_store: MakeStore) -> None:
+    """A replica's cached index must not serve a deleted user's sessions to the re-added user, even
+    when the new user's revision counter equals the old one."""
+    engine = MemoryEngine(make_store(), embedder="hash")
+    other_replica = make_store()
+    engine.add_user("ana")
+    engine.add_session("ana", [{"role": "user", "content": "old secret about the lighthouse"}])
+    assert len(engine.retrieve("ana", "lighthouse").sessions) == 1
+    other_replica.delete_user("ana")
+    other_replica.add_user("ana")
+    other_replica.add_session("ana", [{"role": "user", "content": "new life in the mountains"}])
+    found = engine.retrieve("ana", "lighthouse mountains")
+    assert [s.text for s in found.sessions] == ["user: new life in the mountains"]
+
+
+def test_export_user_holds_all_their_data_as_json(make_store: MakeStore) -> None:
+    store = make_store()
+    fill(store, "ana")
+    fill(store, "ben")
+    data = json.loads(json.dumps(store.export_user("ana")))
+    assert data["user_id"] == "ana" and data["tenant"] == "default"
+    assert [s["external_id"] for s in data["sessions"]] == ["a", None]
+    assert data["sessions"][0]["turns"][2] == {"index": 2, "role": "user", "content": CHAT[2]["content"]}
+    assert data["sessions"][1]["metadata"] == {"k": [1, 2]}
+    memories = {m["content"]: m for m in data["memories"]}
+    assert set(memories) == {"Lead with counts.", "Lead with the summary.", "Lives by the sea."}
+    assert memories["Lead with counts."]["superseded_by"] == memories["Lead with the summary."]["id"]
+    assert [h["event"] for h in data["history"]].count("superseded") == 1
+    assert sorted((x["status"], x["error"]) for x in data["extractions"]) == [
+        ("error", "reply truncated"),
+        ("ok", None),
+    ]
+    assert sorted((v["unit"], v["vector"]) for v in data["vectors"]) == [("m", [0.0, 1.0]), ("s", [1.0, 0.0])]
+    assert data["revision"] == store.revision("ana")
+    ben_ids = {s.id for s in store.sessions("ben")}
+    assert not ben_ids & {s["id"] for s in data["sessions"]}
+
+
+# --- dense search --------------------------------------------------------------------------------
+
+
+def test_search_vectors_is_exact_cosine_within_the_user(make_store: MakeStore) -> None:
+    store = make_store()
+    store.add_user("ana")
+    store.add_user("ben")
+    ids = [
+        store.add_session("ana", CHAT[:1], vectors={"e": v})
+        for v in (vec(1, 0, 0), vec(0.6, 0.8, 0), vec(0, 0, 2), vec(0, 0, 0))
+    ]
+    store.add_session("ben", CHAT[:1], vectors={"e": vec(1, 0, 0)})
+    hits = store.search_vectors("ana", "s", "e", vec(2, 0, 0), 3)
+    assert [i for i, _ in hits] == [ids[0], ids[1], ids[2]]
+    assert [round(s, 6) for _, s in hits] == [1.0, 0.6, 0.0]
+    assert store.search_vectors("ana", "s", "other", vec(1, 0, 0), 3) == []
+
+
+# --- migrations and opening ----------------------------------------------------------------------
+
+
+def test_a_store_written_by_the_first_version_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    shutil.copy(V1_STORE, path)
+    store = MemoryStore(path)
+    assert (store.migrated_from, store.schema_version()) == (1, 2)
+    assert store.users() == ["ana", "ben"] and store.check() == []
+    assert (store.revision("ana"), store.revision("ben")) == (5, 2)
+    ana = store.sessions("ana")
+    assert [s.external_id for s in ana] == ["s1", None] and ana[0].metadata == {"topic": "update"}
+    assert [t.content for t in ana[0].turns][2] == "Lead with raw counts."
+    every = store.memories("ana", include_superseded=True)
+    assert [(m.content, m.current) for m in every] == [
+        ("Lead with raw counts", False),
+        ("Use bullet points", True),
+        ("Lives in Lisbon", True),
+    ]
+    assert every[0].superseded_by == every[1].id and every[0].evidence_turns == (2,)
+    assert store.vectors("ana", "s", "hash:4", [ana[0].id])[ana[0].id].tolist() == [1, 0, 0, 0]
+    assert store.vectors("ana", "m", "hash:4", [every[0].id])[every[0].id].tolist() == [0, 1, 0, 0]
+    assert store.extraction_errors("ana", "stub") == {ana[1].id: "reply truncated"}
+    assert store.pending_extraction("ana", "stub") == [ana[1].id]
+    assert [m.content for m in store.memories("ben")] == ["Likes tables"]
+    assert [e["event"] for e in store.history("ana")].count("superseded") == 1
+    # it keeps working: new rows get new ids, and opening again migrates nothing
+    new = store.add_session("ana", CHAT)
+    assert new > max(s.id for s in ana)
+    store.close()
+    again = MemoryStore(path)
+    assert again.migrated_from == 2 and again.count_sessions("ana") == 3 and again.check() == []
+    again.close()
+
+
+def test_a_store_from_a_newer_personalign_is_refused(make_store: MakeStore, store_url: str) -> None:
+    store = make_store()
+    store.add_user("ana")
+    ours = store.schema_version()
+    with store._write() as tx:  # type: ignore[attr-defined]
+        tx.run("INSERT INTO schema_version VALUES (?, ?, ?)", (ours + 1, 0.0, "from the future"))
+    with pytest.raises(ConfigError, match=f"schema version {ours + 1}"):
+        open_store(store_url)
+
+
+def test_concurrent_openers_migrate_once(make_store: MakeStore) -> None:
+    stores: list[MemoryBackend] = []
+    errors: list[BaseException] = []
+
+    def opener() -> None:
+        try:
+            stores.append(make_store())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(stores) == 6
+    rows = stores[0]._read("SELECT version FROM schema_version ORDER BY version")  # type: ignore[attr-defined]
+    assert [r[0] for r in rows] == list(range(1, stores[0].schema_version() + 1))
+    assert sorted(s.migrated_from for s in stores).count(0) == 1  # type: ignore[attr-defined]
+
+
+def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from personalign.memory.store_pg import redact
+
+    monkeypatch.chdir(tmp_path)
+    cases: list[tuple[str | Path, Path]] = [
+        (tmp_path / "a.sqlite", tmp_path / "a.sqlite"),
+        (str(tmp_path / "b.sqlite"), tmp_path / "b.sqlite"),
+        ("sqlite:///rel/c.sqlite", tmp_path / "rel" / "c.sqlite"),
+        (f"sqlite:///{tmp_path}/e.sqlite", tmp_path / "e.sqlite"),  # tmp_path is absolute: 4 slashes
+    ]
+    for target, path in cases:
+        store = open_store(target)
+        assert isinstance(store, MemoryStore)
+        store.add_user("ana")
+        store.close()
+        assert path.exists(), target
+    memory = open_store("sqlite://")
+    memory.add_user("ana")
+    assert memory.users() == ["ana"]
+    for bad in ("mysql://u@h/db", "sqlite:relative.db"):
+        with pytest.raises(ConfigError):
+            open_store(bad)
+    with pytest.raises(ConfigError, match="PostgreSQL"):
+        open_store(tmp_path / "f.sqlite", pool_size=3)
+    with pytest.raises(ConfigError, match="as text"):
+        open_store(Path("postgresql://me@db:5432/mem"))  # Path() has made it postgresql:/me@db...
+    assert "secret" not in redact("postgresql://me:secret@db.example:5433/mem")
+    assert redact("postgresql://me:secret@db.example:5433/mem") == "postgresql://me:***@db.example:5433/mem"
+
+
+def test_an_engine_opens_any_store_url_for_a_tenant(store_url: str) -> None:
+    engine = MemoryEngine(store_url, embedder="hash", tenant="acme")
+    assert engine.store.tenant == "acme"
+    engine.add_user("ana")
+    engine.add_session("ana", CHAT)
+    assert [s.session.turns[0].content for s in engine.retrieve("ana", "Okafor").sessions if s.session] == [
+        CHAT[0]["content"]
+    ]
+    default = open_store(store_url)
+    assert default.users() == [] and default.tenant_view("acme").users() == ["ana"]
+    default.close()
+    engine.close()
+
+
+def test_an_unreachable_postgres_is_a_config_error_without_the_password() -> None:
+    from tests.support.postgres import free_port
+
+    url = f"postgresql://me:hunter2@127.0.0.1:{free_port()}/mem"
+    with pytest.raises(ConfigError, match="cannot open the memory store") as info:
+        open_store(url, timeout=2)
+    assert "hunter2" not in str(info.value)
+
+
+def test_a_postgres_store_survives_a_server_restart() -> None:
+    """Pooled connections die with the server; the next call must get a live one, not an error."""
+    pytest.importorskip("psycopg")
+    from tests.support.postgres import pg_bin_dir, postgres_server
+
+    if pg_bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    with postgres_server() as server:
+        store = open_store(server.create_database("restart"), pool_size=2)
+        store.add_user("ana")
+        store.add_session("ana", CHAT)
+        server.restart()
+        assert store.count_sessions("ana") == 1  # a read on a fresh connection
+        store.add_session("ana", CHAT)  # and a write
+        assert store.count_sessions("ana") == 2
+        store.close()
