@@ -1,6 +1,7 @@
 # personalign: two entry points for a fresh machine.
 #   make demo   set up .venv and run the CUPID main job on the embedded defaults
 #   make test   set up .venv and run lint, types and the whole test suite
+#   make train-smoke  train SFT then DPO on CPU for a few dozen steps and compare base vs trained (train extra)
 #   make mutate mutation-test the pure core (slow; not part of `make test`, see docs/mutation-testing.md)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,7 @@ PYTHON ?= python3
 # machines). --no-cache-dir keeps pip from reusing a wheel built with other flags.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: setup demo test lint mutate
+.PHONY: setup demo test lint mutate train-smoke
 
 setup: $(VENV)/.installed
 
@@ -37,3 +38,7 @@ test: lint
 
 mutate: setup
 	$(PY) scripts/mutate.py
+
+train-smoke: setup
+	$(PY) -m pip install --quiet -e '.[train]'
+	nice -n 10 $(PY) scripts/train_smoke.py --out out/train-smoke

@@ -40,6 +40,7 @@ from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
 from personalign.cli_serve import register as register_serve
 from personalign.cli_synth import register as register_synth
+from personalign.cli_train import register as register_train
 from personalign.cli_view import register as register_view
 from personalign.errors import ConfigError
 from personalign.redact import safe
@@ -417,6 +418,7 @@ register_memory(app, run_app)
 register_protocol(app)
 register_serve(app)
 register_synth(app, run_app)
+register_train(app)
 register_view(app)
 
 

@@ -32,6 +32,10 @@ def build_backend(spec: ModelSpec) -> Backend:
         from personalign.llm.backends.scripted import ScriptedBackend
 
         return ScriptedBackend()
+    if spec.provider == "hf":
+        from personalign.llm.backends.hf import HFBackend
+
+        return HFBackend(spec)
     if spec.provider == "anthropic":
         from personalign.llm.backends.anthropic import AnthropicBackend
 

@@ -10,6 +10,9 @@ Syntax: ``provider/model[@base_url][?option=value&...]``
   llama.cpp server, ...); no key unless ``key_env`` is given.
 - ``anthropic/<model>``: the Anthropic Messages API, key from ``ANTHROPIC_API_KEY``.
 - ``scripted/<name>``: a deterministic in-process model for tests and dry runs.
+- ``hf/<model-or-path>``: transformers in-process (``hf/smollm2`` = the bundled GGUF, dequantized);
+  options ``adapter`` (a PEFT adapter directory, e.g. from ``personalign train``), ``device``,
+  ``dtype`` and ``gguf_file``. The adapter's weights hash is part of the model identity.
 
 Options: ``key_env`` (name of the env var holding the key; the key itself is never part of
 a spec), ``concurrency`` (calls in flight; with adaptation, the ceiling), ``adaptive``
@@ -43,8 +46,8 @@ OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
     "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
     "together": ("https://api.together.xyz/v1", "TOGETHER_API_KEY"),
 }
-PROVIDERS = (*OPENAI_COMPATIBLE_HOSTS, "openai-compat", "anthropic", "local", "scripted")
-DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8}
+PROVIDERS = (*OPENAI_COMPATIBLE_HOSTS, "openai-compat", "anthropic", "local", "scripted", "hf")
+DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8, "hf": 1}
 KNOWN_OPTIONS = {
     "key_env",
     "concurrency",
@@ -56,12 +59,19 @@ KNOWN_OPTIONS = {
     "reasoning_effort",
     "system_role",
     "thinking_budget",
+    # hf/ (transformers in-process)
+    "adapter",
+    "device",
+    "dtype",
+    "gguf_file",
     "adaptive",
     "rpm",
     "tpm",
 }
-# Options that change what the model writes: part of the cache key and of run identities.
-OUTPUT_OPTIONS = ("reasoning_effort", "system_role", "thinking_budget")
+HF_ONLY_OPTIONS = ("adapter", "device", "dtype", "gguf_file")
+# Options that change what the model writes: part of the cache key and of run identities
+# (``adapter_sha`` is computed from an hf/ adapter's weights, never typed).
+OUTPUT_OPTIONS = ("reasoning_effort", "system_role", "thinking_budget", "adapter_sha", "dtype", "gguf_file")
 SCHEMA_MODES = {"json_schema", "json_object", "none"}
 # How an OpenAI-compatible backend is told to turn reasoning on or off (GenerateConfig.reasoning).
 REASONING_PARAMS = {"chat_template_kwargs", "reasoning", "reasoning_effort", "none"}
@@ -172,6 +182,12 @@ def parse_model_spec(text: str) -> ModelSpec:
         raise ConfigError(f"unknown option(s) {sorted(unknown)} in {text!r} (known: {sorted(KNOWN_OPTIONS)})")
 
     key_env = options.get("key_env")
+    if provider != "hf" and set(options) & set(HF_ONLY_OPTIONS):
+        raise ConfigError(f"{text!r}: {sorted(set(options) & set(HF_ONLY_OPTIONS))} only apply to hf/ models")
+    if provider == "hf" and options.get("adapter"):
+        from personalign.llm.adapters import adapter_digest
+
+        options["adapter_sha"] = adapter_digest(options["adapter"])
     if provider in OPENAI_COMPATIBLE_HOSTS:
         default_url, default_key = OPENAI_COMPATIBLE_HOSTS[provider]
         base_url = base_url or default_url
