@@ -214,3 +214,25 @@ def parse_unique(
         seen[item.id] = record
         items.append(item)
     return items
+
+
+def load_one_file_source(
+    source: str | Path,
+    fixture: Path,
+    hub: tuple[str, str],
+    validate: Callable[[Iterable[RawRecord]], list[ItemT]],
+    what: str,
+) -> tuple[list[ItemT], str, str | None]:
+    """(items, source, sha256) of a one-file dataset: the bundled `fixture` ("fixture"), the hub
+    (`hf[:repo[:split]]`, defaults `hub`; no hash) or a local file (refused when it holds no `what`)."""
+    text = str(source)
+    if text == "fixture":
+        return validate(read_records(fixture)), f"fixture:{fixture.name}", file_sha256(fixture)
+    if is_hub_source(text):
+        name, records = hub_records(text, *hub)
+        return validate(records), name, None
+    path = Path(text)
+    items = validate(read_records(path))
+    if not items:
+        raise DataError(str(path), None, None, f"no {what} found")
+    return items, str(path), file_sha256(path)

@@ -19,11 +19,8 @@ from personalign.data.files import (
     RawRecord,
     describe_file_source,
     field_path,
-    file_sha256,
-    hub_records,
-    is_hub_source,
+    load_one_file_source,
     parse_unique,
-    read_records,
 )
 from personalign.errors import DataError
 from personalign.fixtures import fixture_path
@@ -77,11 +74,6 @@ def validate_rows(records: Iterable[RawRecord]) -> list[BenchPresRow]:
     return parse_unique(records, parse_row, "name", "row id", "same name, recipient and task")
 
 
-def _load_hf(spec: str) -> LoadedBenchPres:
-    source, records = hub_records(spec, HF_REPO, HF_SPLIT)
-    return LoadedBenchPres(validate_rows(records), source, None)
-
-
 def describe_source(source: str | Path) -> tuple[str, str | None]:
     """The (source, sha256) that `load_benchpres` would report, without parsing the data."""
     return describe_file_source(source, fixture_path(FIXTURE), FIXTURE)
@@ -89,14 +81,7 @@ def describe_source(source: str | Path) -> tuple[str, str | None]:
 
 def load_benchpres(source: str | Path = "fixture") -> LoadedBenchPres:
     """Load and validate BenchPreS rows from `source` (see module docstring)."""
-    text = str(source)
-    if text == "fixture":
-        path = fixture_path(FIXTURE)
-        return LoadedBenchPres(validate_rows(read_records(path)), f"fixture:{FIXTURE}", file_sha256(path))
-    if is_hub_source(text):
-        return _load_hf(text)
-    path = Path(text)
-    rows = validate_rows(read_records(path))
-    if not rows:
-        raise DataError(str(path), None, None, "no rows found")
-    return LoadedBenchPres(rows, str(path), file_sha256(path))
+    rows, name, sha256 = load_one_file_source(
+        source, fixture_path(FIXTURE), (HF_REPO, HF_SPLIT), validate_rows, "rows"
+    )
+    return LoadedBenchPres(rows, name, sha256)

@@ -19,11 +19,8 @@ from personalign.data.files import (
     RawRecord,
     describe_file_source,
     field_path,
-    file_sha256,
-    hub_records,
-    is_hub_source,
+    load_one_file_source,
     parse_unique,
-    read_records,
 )
 from personalign.errors import DataError
 from personalign.fixtures import fixture_path
@@ -60,11 +57,6 @@ def validate_instances(records: Iterable[RawRecord]) -> list[CupidInstance]:
     return parse_unique(records, parse_instance, "persona_id", "instance id")
 
 
-def _load_hf(spec: str) -> LoadedDataset:
-    source, records = hub_records(spec, HF_REPO, HF_SPLIT)
-    return LoadedDataset(validate_instances(records), source, None)
-
-
 def describe_source(source: str | Path) -> tuple[str, str | None]:
     """The (source, sha256) that `load_cupid` would report, without parsing the data."""
     return describe_file_source(source, fixture_path("cupid_sample.jsonl"), "cupid_sample.jsonl")
@@ -72,16 +64,7 @@ def describe_source(source: str | Path) -> tuple[str, str | None]:
 
 def load_cupid(source: str | Path = "fixture") -> LoadedDataset:
     """Load and validate CUPID instances from `source` (see module docstring)."""
-    text = str(source)
-    if text == "fixture":
-        path = fixture_path("cupid_sample.jsonl")
-        return LoadedDataset(
-            validate_instances(read_records(path)), "fixture:cupid_sample.jsonl", file_sha256(path)
-        )
-    if is_hub_source(text):
-        return _load_hf(text)
-    path = Path(text)
-    instances = validate_instances(read_records(path))
-    if not instances:
-        raise DataError(str(path), None, None, "no instances found")
-    return LoadedDataset(instances, str(path), file_sha256(path))
+    instances, name, sha256 = load_one_file_source(
+        source, fixture_path("cupid_sample.jsonl"), (HF_REPO, HF_SPLIT), validate_instances, "instances"
+    )
+    return LoadedDataset(instances, name, sha256)
