@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from personalign import registry
 from personalign.cli_common import ProtocolDirOpt, ProtocolOpt, cli_errors, console
 from personalign.errors import ConfigError
 from personalign.protocols.upstream import (
@@ -26,31 +26,23 @@ from personalign.redact import safe
 
 protocol_app = typer.Typer(no_args_is_help=True, help="The official (paper) protocols: fetch, verify, show.")
 
-# Each benchmark declares its upstream source in its own module; listed here, imported on demand.
-UPSTREAM_SOURCES: dict[str, str] = {
-    "cupid": "personalign.benchmarks.cupid.protocol:SOURCE",
-    "hicupid": "personalign.benchmarks.hicupid.protocol:SOURCE",
-    "prefeval": "personalign.benchmarks.prefeval.protocol:SOURCE",
-}
-
 
 def upstream_source(name: str) -> UpstreamSource:
-    """The declared `UpstreamSource` of benchmark `name`; a clear error for an unknown or undeclared one."""
-    target = UPSTREAM_SOURCES.get(name)
+    """The `UpstreamSource` a registered benchmark declares (its spec's optional `upstream`, an import
+    path read at call time); a clear error for an unknown benchmark or one without a paper protocol."""
+    target = getattr(registry.get(name), "upstream", None) if name in registry.names() else None
     if target is None:
-        raise ConfigError(f"no paper protocol for {name!r} (known: {', '.join(sorted(UPSTREAM_SOURCES))})")
-    module_name, _, attribute = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        raise ConfigError(f"the {name} paper protocol is not declared yet ({module_name})") from None
-    source = getattr(module, attribute)
+        known = [n for n in registry.names() if getattr(registry.get(n), "upstream", None)]
+        raise ConfigError(f"no paper protocol for {name!r} (known: {', '.join(sorted(known))})")
+    source = registry.load_target(target)
     if not isinstance(source, UpstreamSource):
         raise ConfigError(f"{target} is not an UpstreamSource")
     return source
 
 
-NameArg = Annotated[str, typer.Argument(help="Benchmark: cupid | hicupid.")]
+NameArg = Annotated[
+    str, typer.Argument(help="A registered benchmark with a paper protocol (cupid, hicupid, prefeval).")
+]
 
 
 @protocol_app.command("fetch")

@@ -36,6 +36,8 @@ class CupidSpec:
     """CUPID (Kim et al., 2025): infer the contextual preference behind a request from prior sessions."""
 
     name = "cupid"
+    # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
+    upstream = "personalign.benchmarks.cupid.protocol:SOURCE"
     title = "CUPID: infer the contextual preference behind a request from prior sessions"
     item_noun = "instances"
     default_seed = 0

@@ -41,6 +41,8 @@ class PrefEvalSpec:
     """PrefEval (Zhao et al., ICLR 2025): follow a preference stated earlier in a long conversation."""
 
     name = "prefeval"
+    # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
+    upstream = "personalign.benchmarks.prefeval.protocol:SOURCE"
     title = "PrefEval: follow a preference stated earlier in a long conversation"
     item_noun = "instances"
     default_seed = 0
