@@ -89,9 +89,16 @@ def print_summary(summary: dict[str, Any], out: Path, max_error_rate: float = 1.
         for problem in rejection["problems"][:5]:
             console.print(f"    - {safe(problem)}")
     usage = summary.get("usage", {})
+    this = usage.get("this_invocation", usage)
     console.print(
-        f"  calls {usage.get('calls', 0)}, cache hits {usage.get('cache_hits', 0)}, "
-        f"tokens {usage.get('tokens', 0):,}, cost ${usage.get('cost_usd', 0.0):.4f}"
+        f"  calls {this.get('calls', 0)}, cache hits {this.get('cache_hits', 0)}, "
+        f"tokens {this.get('tokens', 0):,}, cost ${this.get('cost_usd', 0.0):.4f}"
+        + (
+            f"; all {usage['invocations']} invocations: calls {usage.get('calls', 0)}, "
+            f"tokens {usage.get('tokens', 0):,}, cost ${usage.get('cost_usd', 0.0):.4f}"
+            if usage.get("invocations", 1) > 1
+            else ""
+        )
     )
     console.print(f"written to {safe(out)}/ (summary.json, validation.json)")
     if summary["passed_validation"] == 0:

@@ -49,6 +49,7 @@ from personalign.synth.common import (
     load_seeds,
     open_output,
     parse_model,
+    run_recorded,
     run_units,
     scale_lengths,
     text_schema,
@@ -536,8 +537,8 @@ def synthesize_benchpres(
         finally:
             await factory.aclose()
 
-    states = asyncio.run(main())
-    return BenchpresResult(out, write_outputs(out, config, states, factory.tracker.to_record()), states)
+    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    return BenchpresResult(out, write_outputs(out, config, states, usage), states)
 
 
 def write_outputs(

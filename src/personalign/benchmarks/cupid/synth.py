@@ -48,6 +48,7 @@ from personalign.synth.common import (
     load_seeds,
     open_output,
     parse_model,
+    run_recorded,
     run_units,
     scale_lengths,
     slug,
@@ -961,8 +962,8 @@ def synthesize_cupid(
         finally:
             await factory.aclose()
 
-    states = asyncio.run(main())
-    summary = write_outputs(out, config, states, factory.tracker.to_record())
+    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    summary = write_outputs(out, config, states, usage)
     return SynthResult(out, summary, states)
 
 

@@ -51,6 +51,7 @@ from personalign.synth.common import (
     load_seeds,
     open_output,
     parse_model,
+    run_recorded,
     run_units,
     scale_lengths,
     text_schema,
@@ -685,7 +686,7 @@ def synthesize_hicupid(
         finally:
             await factory.aclose()
 
-    states = asyncio.run(main())
+    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
     dialogue_rows: list[dict[str, Any]] = []
     qa_rows: list[dict[str, Any]] = []
     users: list[dict[str, Any]] = []
@@ -728,7 +729,7 @@ def synthesize_hicupid(
             "users.jsonl": f"{len(users)} users' metadata",
         },
         "qa_by_type": dict(Counter(q["type"] for q in qa_rows)),
-        "usage": factory.tracker.to_record(),
+        "usage": usage,
     }
     write_json(out / "summary.json", summary)
     return HicupidResult(out, summary, states)
