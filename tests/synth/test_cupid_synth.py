@@ -454,3 +454,47 @@ def test_an_unpriced_model_under_a_budget_is_refused_unless_priced(tmp_path: Pat
     )
     result = synthesize_cupid(cfg, tmp_path / "b", priced)
     assert result.summary["usage"]["per_model"][spec]["unpriced_calls"] == 0
+
+
+def test_the_user_simulator_is_told_which_items_remain_and_unreferenced_items_are_recorded(
+    tmp_path: Path,
+) -> None:
+    def silent(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = default_responder(messages, config)
+        if config.schema_name == "synth_user_turn":
+            data = json.loads(text)
+            data["hinted_items"] = []
+            return json.dumps(data)
+        return text
+
+    backend = Recorder()
+    synthesize_cupid(config(n_personas=1, max_turns=3), tmp_path / "a", factory_for(backend))
+    state = next(iter(states(tmp_path / "a").values()))
+    first_turns = [p for p in backend.prompts if "synth_user_turn" in p and "Items you have not" in p]
+    assert first_turns and any(
+        "referred to yet: 1, 2" in p or "referred to yet: 1\\n" in p for p in first_turns
+    )
+    dialogues = [v for k, v in state["stages"].items() if k.startswith("dialogue/") and v["scores"]]
+    assert dialogues and all(d["unreferenced_items"] == [] for d in dialogues)
+    # a simulator that refers to nothing leaves every item on record as unreferenced
+    synthesize_cupid(config(n_personas=1, max_turns=3), tmp_path / "b", factory_for(Recorder(silent)))
+    state = next(iter(states(tmp_path / "b").values()))
+    d = state["stages"]["dialogue/0"]
+    assert d["unreferenced_items"] == list(range(1, len(d["checklist"]) + 1))
+
+
+def test_a_changed_preference_must_say_what_it_overturns(tmp_path: Path) -> None:
+    def no_conflict(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = default_responder(messages, config)
+        if config.schema_name == "synth_changed_preference":
+            data = json.loads(text)
+            data.pop("conflict")
+            return json.dumps(data)
+        return text
+
+    result = synthesize_cupid(config(n_personas=1), tmp_path / "out", factory_for(Recorder(no_conflict)))
+    assert result.summary["failed"][0]["stage"] == "changed"
+    assert "conflict" in result.summary["failed"][0]["error"]
+    ok = synthesize_cupid(config(n_personas=1), tmp_path / "ok", factory_for(Recorder()))
+    assert next(iter(states(tmp_path / "ok").values()))["stages"]["changed"]["changed_conflict"]
+    assert ok.summary["passed_validation"] == 1

@@ -91,6 +91,7 @@ def _changed(user: str, config: GenerateConfig) -> dict[str, Any]:
     return {
         "preference_type": _pick(PREFERENCE_TYPES, user),
         "preference": f"Now, help with {factor} should {style}.",
+        "conflict": "It overturns what the user asked for before.",
     }
 
 
@@ -112,17 +113,32 @@ def _session(user: str, config: GenerateConfig) -> dict[str, Any]:
     }
 
 
+def _checklist(user: str) -> list[str]:
+    block = user.split("Checklist:", 1)[-1].split("\n\n", 1)[0]
+    return re.findall(r"^\d+\. (.*)$", block, re.MULTILINE)
+
+
 def _user_turn(user: str, config: GenerateConfig) -> dict[str, Any]:
+    """Scores 5, 6, then 10; each message quotes the items it refers to (so the scripted verifier
+    can find them), and the closing one quotes every item not referred to before."""
     assert config.json_schema is not None
     n = int(config.json_schema["properties"]["met"]["minItems"])
+    items = _checklist(user) or [f"item {k}" for k in range(1, n + 1)]
     replies = user.count("[AI assistant]")
     done = replies >= 2
-    return {
-        "met": [done or i == 1 for i in range(1, n + 1)],
-        "score": 10 if done else 5 + replies,
-        "hinted_items": [] if done else [min(2, n)],
-        "message": "Thanks, this works for me." if done else "This is not quite what I can use here.",
-    }
+    closing = done or "This is your last message" in user
+    unreferenced = [int(k) for k in re.findall(r"\d+", _field(user, "Items you have not referred to yet"))]
+    met = [done or i == 1 for i in range(1, n + 1)]
+    if closing:
+        hinted = sorted(k for k in unreferenced if 1 <= k <= n)
+    else:
+        hinted = [next((i for i in range(1, n + 1) if not met[i - 1]), 1)]
+    quoted = "; ".join(f"'{items[k - 1]}'" for k in hinted if k <= len(items))
+    if done:
+        message = "Thanks, this works for me" + (f", including {quoted}." if quoted else ".")
+    else:
+        message = "This is not quite what I can use here" + (f": think about {quoted}." if quoted else ".")
+    return {"met": met, "score": 10 if done else 5 + replies, "hinted_items": hinted, "message": message}
 
 
 def _leak(user: str, config: GenerateConfig) -> dict[str, Any]:

@@ -355,15 +355,23 @@ def parse_factors(n_regular: int) -> Callable[[str], list[dict[str, Any]]]:
 class ChangedOut(ModelOutput):
     preference_type: PreferenceType
     preference: str = Field(min_length=10, max_length=400)
+    conflict: str = Field("", max_length=600)
 
 
-CHANGED_SCHEMA: dict[str, Any] = {
+CONTRAST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
         "preference": text_schema(250, 10),
     },
     "required": ["preference_type", "preference"],
+}
+# The changed preference A' also names what of A it overturns (the paper requires A' to be
+# incompatible with A; the verifier's judge checks that it is).
+CHANGED_SCHEMA: dict[str, Any] = {
+    **CONTRAST_SCHEMA,
+    "properties": {**CONTRAST_SCHEMA["properties"], "conflict": text_schema(250, 5)},
+    "required": ["preference_type", "preference", "conflict"],
 }
 
 
@@ -374,7 +382,11 @@ def too_similar(a: str, b: str) -> bool:
     )
 
 
-def parse_changed(original: str, what: str = "changed preference") -> Callable[[str], dict[str, Any]]:
+def parse_changed(
+    original: str, what: str = "changed preference", *, conflict: bool = False
+) -> Callable[[str], dict[str, Any]]:
+    """Parse a changed (or contrastive) preference; with `conflict`, the answer must also say
+    what of the original it overturns."""
     base = parse_model(ChangedOut, what)
 
     def parse(text: str) -> dict[str, Any]:
@@ -382,7 +394,12 @@ def parse_changed(original: str, what: str = "changed preference") -> Callable[[
         preference = " ".join(out.preference.split())
         if too_similar(preference, original):
             raise ParseError(f"{what}: (nearly) identical to the preference it must differ from")
-        return {"preference_type": out.preference_type, "preference": preference}
+        record = {"preference_type": out.preference_type, "preference": preference}
+        if conflict:
+            if not out.conflict.strip():
+                raise ParseError(f"{what}: 'conflict' must say what of the old preference it overturns")
+            record["conflict"] = " ".join(out.conflict.split())
+        return record
 
     return parse
 
@@ -439,7 +456,7 @@ def user_turn_schema(n_items: int) -> dict[str, Any]:
             "hinted_items": {
                 "type": "array",
                 "items": {"type": "integer", "enum": list(range(1, n_items + 1))},
-                "maxItems": 2,
+                "maxItems": n_items,
             },
             "message": text_schema(500),
         },
@@ -659,7 +676,7 @@ class CupidSynthesizer:
                     "second_factor": second["factor"],
                     "preference_types": ", ".join(PREFERENCE_TYPES),
                 },
-                config=self._cfg("changed", CHANGED_SCHEMA, "synth_contrast_preference"),
+                config=self._cfg("changed", CONTRAST_SCHEMA, "synth_contrast_preference"),
                 parse=parse_changed(first["preference"], "contrastive preference"),
                 reasks=self.config.reasks,
             )
@@ -689,7 +706,7 @@ class CupidSynthesizer:
                 "preference_types": ", ".join(PREFERENCE_TYPES),
             },
             config=self._cfg("changed", CHANGED_SCHEMA, "synth_changed_preference"),
-            parse=parse_changed(current["preference"]),
+            parse=parse_changed(current["preference"], conflict=True),
             reasks=self.config.reasks,
         )
         info = {
@@ -697,6 +714,7 @@ class CupidSynthesizer:
             "contrastive_factor": contrast["factor"],
             "changed_preference": changed["preference"],
             "changed_preference_type": changed["preference_type"],
+            "changed_conflict": changed["conflict"],
             "plan": [list(p) for p in plan],
         }
         return stage.finish("changed", info)  # type: ignore[no-any-return]
@@ -783,6 +801,7 @@ class CupidSynthesizer:
         turns = 0 if last else self.config.max_turns
         assistant = load_template(TEMPLATES["assistant"])
         user_turn = load_template(TEMPLATES["user_turn"])
+        referred: set[int] = set()
         for t in range(turns):
             system = assistant.render(request=chat[0]["content"])
             messages = [*system, *(Message(role=m["role"], content=m["content"]) for m in chat[1:])]  # type: ignore[arg-type]
@@ -806,6 +825,11 @@ class CupidSynthesizer:
                     "factor": session["context_factor"],
                     "preference": session["preference"],
                     "checklist": format_checklist(checklist),
+                    "unreferenced": ", ".join(
+                        str(k) for k in range(1, len(checklist) + 1) if k not in referred
+                    )
+                    or "(none)",
+                    "round_note": "This is your last message in this conversation." if t == turns - 1 else "",
                     "conversation": format_conversation(chat),
                 },
                 config=self._cfg("user_simulator", user_turn_schema(len(checklist)), "synth_user_turn"),
@@ -814,6 +838,7 @@ class CupidSynthesizer:
             )
             chat.append({"role": "user", "content": verdict["message"]})
             scores.append(verdict["score"])
+            referred.update(verdict["hinted_items"])
             if verdict["score"] == 10:
                 break
         interaction = {
@@ -823,6 +848,11 @@ class CupidSynthesizer:
             "chat": chat,
             "scores": scores,
             "is_satisfied": bool(scores) and scores[-1] == 10,
+            # Items the user simulator never said it referred to (the paper's rule: every item
+            # at least once by the last message); the verifier checks the text itself.
+            "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
+            if scores
+            else [],
         }
         return stage.finish(name, interaction)  # type: ignore[no-any-return]
 
