@@ -88,6 +88,19 @@ def print_summary(summary: dict[str, Any], out: Path, max_error_rate: float = 1.
         console.print(f"  [yellow]rejected[/] {safe(rejection['id'])}:")
         for problem in rejection["problems"][:5]:
             console.print(f"    - {safe(problem)}")
+    verification = summary.get("verification")
+    if verification:
+        console.print(
+            f"  verifier: {verification['instances_checked']} instances checked, {verification['verified']} "
+            f"verified, {verification['repaired']} repaired, {verification['dropped']} dropped"
+            + (f" ({safe(verification['dropped_by_reason'])})" if verification["dropped_by_reason"] else "")
+        )
+        if "agreement" in verification:
+            a = verification["agreement"]
+            console.print(
+                f"  agreement with {safe(a['file'])}: n {a['n']}, "
+                f"accuracy {a['accuracy']}, kappa {a['kappa']}"
+            )
     usage = summary.get("usage", {})
     this = usage.get("this_invocation", usage)
     console.print(
@@ -132,6 +145,21 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         leak_judge: Annotated[
             str | None, typer.Option(help="Optional judge for the leak check (lexical check only if unset).")
         ] = None,
+        verifier: Annotated[
+            str | None,
+            typer.Option(
+                help="Judge for the verifier stage (checklist items expressed, request not revealing, "
+                "A' contradicts A; failing instances repaired once or dropped). Default: --generator."
+            ),
+        ] = None,
+        no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the verifier stage.")] = False,
+        verify_against: Annotated[
+            Path | None,
+            typer.Option(
+                help="Human labels (.jsonl/.json/.parquet: persona_id, instance_type, valid) to report "
+                "the verifier's agreement with (accuracy, Cohen's kappa)."
+            ),
+        ] = None,
         personas: Annotated[int, typer.Option(help="Number of personas.")] = 4,
         factors: Annotated[int, typer.Option(help="Context factors per persona.")] = 8,
         sessions: Annotated[int, typer.Option(help="Sessions per persona (prior sessions = this - 5).")] = 13,
@@ -164,6 +192,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 assistant=assistant or generator,
                 decomposer=decomposer or generator,
                 leak_judge=leak_judge,
+                verifier=None if no_verify else (verifier or generator),
                 n_personas=personas,
                 n_factors=factors,
                 n_sessions=sessions,
@@ -178,7 +207,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 f"synth cupid: generator [bold]{safe(config.generator)}[/], "
                 f"user simulator {safe(config.user_simulator)}, "
                 f"assistant {safe(config.assistant)}, decomposer {safe(config.decomposer)}, "
-                f"leak judge {safe(config.leak_judge or '(lexical only)')}; "
+                f"leak judge {safe(config.leak_judge or '(lexical only)')}, "
+                f"verifier {safe(config.verifier or '(none)')}; "
                 f"{personas} personas -> {safe(out)}"
             )
             result = _with_progress(
@@ -193,6 +223,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     concurrency=concurrency,
                     on_done=on_done,
                     resample_failed=resample_failed,
+                    verify_against=verify_against,
                 ),
             )
         except PersonalignError as exc:

@@ -31,6 +31,7 @@ TINY_TOKENS = {
     "assistant": 90,
     "decomposer": 120,
     "leak_judge": 80,  # unused here
+    "verifier": 160,
 }
 
 
@@ -44,6 +45,7 @@ def test_one_tiny_persona_end_to_end_then_evaluated(tmp_path: Path) -> None:
             assistant=spec,
             decomposer=spec,
             leak_judge=None,  # the judge path is covered with scripted models; keeps this run short
+            verifier=spec,
             n_personas=1,
             n_factors=3,
             n_sessions=9,
@@ -65,14 +67,34 @@ def test_one_tiny_persona_end_to_end_then_evaluated(tmp_path: Path) -> None:
         assert all(len(stages[f"dialogue/{i}"]["chat"]) == 3 for i in range(8))
         assert len(stages["dialogue/8"]["chat"]) == 1
         assert summary["rejected"] == [], summary["rejected"]
+        # The verifier's decision is on record for every instance, with its reasons.
+        verify = stages["verify"]
+        decisions = verify["decisions"]
+        assert sorted(decisions) == ["changing", "consistent", "contrastive"]
+        for decision in decisions.values():
+            assert decision["decision"] in ("verified", "repaired", "dropped")
+            assert (decision["decision"] == "verified") == (decision["first_reasons"] == [])
+            assert (decision["decision"] == "dropped") == bool(decision["reasons"])
+        assert all(s["model"] == "openai-compat/smollm2" for k, s in state["steps"].items() if "verify/" in k)
+        report = json.loads((out / "validation.json").read_text())
+        assert next(iter(report.values()))["verification"]["decisions"] == decisions
+        v = summary["verification"]
+        assert v["instances_checked"] == 3 and v["verified"] + v["repaired"] + v["dropped"] == 3
+        print("verifier on SmolLM2:", json.dumps(v))
         dataset = load_cupid(out / "cupid.jsonl")
-        assert sorted(i.instance_type for i in dataset.instances) == ["changing", "consistent", "contrastive"]
-        assert {len(i.prior_interactions) for i in dataset.instances} == {4}
+        kept = sorted(t for t, d in decisions.items() if d["decision"] != "dropped")
+        assert sorted(i.instance_type for i in dataset.instances) == kept
+        data = out / "cupid.jsonl"
+        if not kept:  # evaluate the dropped instances instead, so the run below still has one
+            data = tmp_path / "dropped_instances.jsonl"
+            rows = [json.loads(line)["instance"] for line in (out / "dropped.jsonl").read_text().splitlines()]
+            data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert {len(i.prior_interactions) for i in load_cupid(data).instances} == {4}
 
         run = CliRunner().invoke(
             app,
             [
-                "run", "cupid", "--data", str(out / "cupid.jsonl"), "--limit", "1", "--model", spec,
+                "run", "cupid", "--data", str(data), "--limit", "1", "--model", spec,
                 "--judge", spec, "--max-tokens", "120", "--run-dir", str(tmp_path / "run"),
                 "--cache", str(tmp_path / "cache.sqlite"), "--no-progress",
             ],

@@ -85,3 +85,21 @@ def test_synth_exits_non_zero_when_nothing_passes(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 4  # the documented code for "too many errors", not 1 (internal error)
     assert "0 passed validation" in result.output and "leak (lexical)" in result.output
+
+
+def test_synth_cupid_verifier_options(tmp_path: Path) -> None:
+    out = tmp_path / "v"
+    base = ["synth", "cupid", "--out", str(out), "-g", "scripted/gen", "--personas", "1", "--factors", "3",
+            "--sessions", "9", "--max-turns", "2", "--no-cache", "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, base)
+    assert result.exit_code == 0, result.output
+    assert "verifier: 3 instances checked, 3 verified, 0 repaired, 0 dropped" in result.output
+    pid = next(iter(json.loads((out / "validation.json").read_text())))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"persona_id": pid, "instance_type": "changing", "valid": True}) + "\n")
+    again = runner.invoke(app, [*base, "--verify-against", str(labels)])
+    assert again.exit_code == 0, again.output
+    assert "agreement with" in again.output and "n 1, accuracy 1.0" in again.output
+    skipped = runner.invoke(app, [*base[:3], str(tmp_path / "n"), *base[4:], "--no-verify"])
+    assert skipped.exit_code == 0 and "verifier:" not in skipped.output
+    assert json.loads((tmp_path / "n" / "summary.json").read_text())["verification"] is None

@@ -148,6 +148,30 @@ def _leak(user: str, config: GenerateConfig) -> dict[str, Any]:
     return {"states_preference": leaked, "evidence": preference[:80] if leaked else ""}
 
 
+def _verify_items(user: str, config: GenerateConfig) -> dict[str, Any]:
+    """An item counts as expressed when the user's messages quote it (as the scripted user does)."""
+    said = user.split("What the user said in these conversations:", 1)[-1].lower()
+    items = _checklist(user)
+    expressed = [item.lower() in said for item in items]
+    return {
+        "expressed": expressed,
+        "evidence": "; ".join(i for i, e in zip(items, expressed, strict=True) if e),
+    }
+
+
+def _verify_request(user: str, config: GenerateConfig) -> dict[str, Any]:
+    preference = _field(user, "Preference")
+    request = user.split("Request:", 1)[-1]
+    inferable = bool(preference) and preference.lower().rstrip(".") in request.lower()
+    return {"inferable": inferable, "evidence": preference[:80] if inferable else ""}
+
+
+def _verify_change(user: str, config: GenerateConfig) -> dict[str, Any]:
+    old, new = _field(user, "Old preference"), _field(user, "New preference")
+    differs = old.lower().strip(" .") != new.lower().strip(" .")
+    return {"contradicts": differs, "reason": "different requirements" if differs else "the same preference"}
+
+
 def _lines(user: str) -> list[str]:
     return re.findall(r"^\d+\. (.*)$", user, re.MULTILINE)
 
@@ -267,6 +291,9 @@ RESPONDERS: dict[str, Callable[[str, GenerateConfig], dict[str, Any]]] = {
     "synth_session": _session,
     "synth_user_turn": _user_turn,
     "synth_leak_check": _leak,
+    "synth_verify_items": _verify_items,
+    "synth_verify_request": _verify_request,
+    "synth_verify_change": _verify_change,
     "synth_hicupid_profile": _h_profile,
     "synth_hicupid_personas": _h_personas,
     "synth_hicupid_schedules": _h_schedules,

@@ -25,6 +25,19 @@ from personalign.benchmarks.cupid.build import PersonaJourney, PlannedSession, b
 from personalign.benchmarks.cupid.judges import CHECKLIST_ONLY_SCHEMA, format_checklist, parse_checklist
 from personalign.benchmarks.cupid.schema import CupidInstance
 from personalign.benchmarks.cupid.synth_checks import check_persona, lexical_leak, write_outputs
+from personalign.benchmarks.cupid.synth_verify import (
+    CHANGE_SCHEMA,
+    NEEDS,
+    REQUEST_SCHEMA,
+    VERIFY_TEMPLATES,
+    ChangeVerdict,
+    RequestVerdict,
+    instance_reasons,
+    items_schema,
+    parse_items,
+    repairable,
+    user_side,
+)
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import ModelFactory
 from personalign.llm.model import Model
@@ -67,7 +80,7 @@ from personalign.synth.taxonomy import (
 from personalign.types import Message
 
 PlanRole = Literal["A", "A_changed", "B", "other"]
-ROLES = ("generator", "user_simulator", "assistant", "decomposer", "leak_judge")
+ROLES = ("generator", "user_simulator", "assistant", "decomposer", "leak_judge", "verifier")
 TEMPLATES = {
     "persona": "synth/cupid_persona",
     "factors": "synth/cupid_factors",
@@ -80,8 +93,11 @@ TEMPLATES = {
     # The checklist-only decomposer the synthesis pipeline was tuned on; the evaluation decomposer
     # (cupid/decompose) has an analysis step the 135M model overruns at synthesis budgets.
     "decompose": "synth/cupid_decompose",
+    **{f"verify_{k}": v for k, v in VERIFY_TEMPLATES.items()},
 }
 MIN_SESSIONS = 9
+# Repaired dialogues are asked as a new sample (`sample_index` = this + the unit's attempt).
+REPAIR_SAMPLE = 100
 
 
 # --- configuration --------------------------------------------------------------------------
@@ -100,6 +116,7 @@ class CupidSynthConfig:
     assistant: str
     decomposer: str
     leak_judge: str | None = None
+    verifier: str | None = None
     n_personas: int = 4
     n_factors: int = 8
     n_sessions: int = 13
@@ -118,6 +135,7 @@ class CupidSynthConfig:
             "assistant": 0.7,
             "decomposer": 0.0,
             "leak_judge": 0.0,
+            "verifier": 0.0,
         }
     )
     max_tokens: dict[str, int] = field(
@@ -130,6 +148,7 @@ class CupidSynthConfig:
             "assistant": 600,
             "decomposer": 400,
             "leak_judge": 300,
+            "verifier": 300,
         }
     )
     reasks: int = 1
@@ -557,6 +576,7 @@ class CupidModels:
     assistant: Model
     decomposer: Model
     leak_judge: Model | None = None
+    verifier: Model | None = None
 
 
 class CupidSynthesizer:
@@ -609,6 +629,9 @@ class CupidSynthesizer:
             built = self._instances(stage, pid, sessions, checklists, interactions)
             current = "leak_check"
             await self._leak_check(stage, built)
+            if self.models.verifier is not None:
+                current = "verify"
+                await self._verify(stage, persona, sessions, checklists, interactions, plan_info, built)
         except StepFailed as exc:
             stage.fail(current, str(exc))
             return state
@@ -789,10 +812,15 @@ class CupidSynthesizer:
         return stage.finish("checklists", dict(zip(unique, results, strict=True)))  # type: ignore[no-any-return]
 
     async def _dialogue(
-        self, stage: Stage, persona: dict[str, Any], session: dict[str, Any], checklist: list[str]
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        session: dict[str, Any],
+        checklist: list[str],
+        prefix: str = "",
     ) -> dict[str, Any]:
         i = session["id"]
-        name = f"dialogue/{i}"
+        name = f"{prefix}dialogue/{i}"
         if stage.done(name):
             return stage.output(name)  # type: ignore[no-any-return]
         chat = [{"role": "user", "content": opening_message(session)}]
@@ -918,6 +946,183 @@ class CupidSynthesizer:
             report["judge"] = verdicts
         return stage.finish("leak_check", report)  # type: ignore[no-any-return]
 
+    async def _verify_round(
+        self,
+        stage: Stage,
+        prefix: str,
+        labels: Sequence[str],
+        preferences: dict[str, str],
+        checklists: dict[str, list[str]],
+        chats: dict[str, list[list[dict[str, str]]]],
+    ) -> dict[str, Any]:
+        """One verifier call per preference: which of its checklist items the user's messages express."""
+        items: dict[str, Any] = {}
+        for label in labels:
+            checklist = checklists[preferences[label]]
+            try:
+                items[label] = await stage.steps.call(
+                    f"{prefix}items/{label}",
+                    role="verifier",
+                    model=self.models.verifier,  # type: ignore[arg-type]
+                    template=load_template(TEMPLATES["verify_items"]),
+                    values={
+                        "preference": preferences[label],
+                        "checklist": format_checklist(checklist),
+                        "dialogues": user_side(chats[label]),
+                    },
+                    config=self._cfg("verifier", items_schema(len(checklist)), "synth_verify_items"),
+                    parse=parse_items(len(checklist)),
+                    reasks=self.config.reasks,
+                )
+            except StepFailed as exc:
+                items[label] = {"error": str(exc)}  # never read as "expressed"
+        return items
+
+    async def _verify_one(
+        self,
+        stage: Stage,
+        name: str,
+        key: str,
+        schema: dict[str, Any],
+        out: type[Any],
+        values: dict[str, str],
+    ) -> dict[str, Any]:
+        try:
+            return await stage.steps.call(  # type: ignore[no-any-return]
+                name,
+                role="verifier",
+                model=self.models.verifier,  # type: ignore[arg-type]
+                template=load_template(TEMPLATES[key]),
+                values=values,
+                config=self._cfg("verifier", schema, f"synth_{key}"),
+                parse=lambda text: parse_model(out, name)(text).model_dump(),
+                reasks=self.config.reasks,
+            )
+        except StepFailed as exc:
+            return {"error": str(exc)}
+
+    async def _verify(
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        sessions: list[dict[str, Any]],
+        checklists: dict[str, list[str]],
+        interactions: list[dict[str, Any]],
+        info: dict[str, Any],
+        built: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The annotators' check, by a judge: every instance is verified, repaired (its failing
+        preferences' dialogues re-simulated once, as a new sample) or dropped with the reasons."""
+        if stage.done("verify"):
+            return stage.output("verify")  # type: ignore[no-any-return]
+        by_role = {"A": "current", "A_changed": "changed", "B": "contrastive"}
+        prior = sessions[:-1]
+        preferences = {by_role[s["plan"]]: s["preference"] for s in prior if s["plan"] in by_role}
+        sessions_of = {label: [s for s in prior if by_role.get(s["plan"]) == label] for label in preferences}
+        chats = {
+            label: [interactions[s["id"]]["chat"] for s in group] for label, group in sessions_of.items()
+        }
+        labeled = {label: checklists[p] for label, p in preferences.items()}
+        request = str(built["instances"][0]["current_request"])
+        verdicts: dict[str, Any] = {
+            "items": await self._verify_round(
+                stage, "verify/", list(preferences), preferences, checklists, chats
+            ),
+            "request": {
+                label: await self._verify_one(
+                    stage,
+                    f"verify/request/{label}",
+                    "verify_request",
+                    REQUEST_SCHEMA,
+                    RequestVerdict,
+                    {"preference": preferences[label], "request": request},
+                )
+                for label in ("current", "changed")
+            },
+            "change": await self._verify_one(
+                stage,
+                "verify/change",
+                "verify_change",
+                CHANGE_SCHEMA,
+                ChangeVerdict,
+                {
+                    "factor": info["current_factor"],
+                    "old": preferences["current"],
+                    "new": preferences["changed"],
+                },
+            ),
+        }
+        first = {itype: instance_reasons(itype, verdicts, labeled) for itype in NEEDS}
+        to_repair = sorted(
+            {
+                label
+                for itype, reasons in first.items()
+                if repairable(reasons)
+                for label in NEEDS[itype][0]
+                if any(r.startswith(f"items ({label})") for r in reasons)
+            }
+        )
+        rounds = [verdicts]
+        final = dict(first)
+        repaired_sessions: list[int] = []
+        if to_repair:
+            token = ATTEMPT.set(REPAIR_SAMPLE + stage.state.attempt)
+            try:
+                group = [s for label in to_repair for s in sessions_of[label]]
+                redone = await asyncio.gather(
+                    *(
+                        self._dialogue(stage, persona, s, checklists[s["preference"]], prefix="repair/")
+                        for s in group
+                    )
+                )
+            finally:
+                ATTEMPT.reset(token)
+            for s, interaction in zip(group, redone, strict=True):
+                interactions = [*interactions]
+                interactions[s["id"]] = interaction
+                repaired_sessions.append(s["id"])
+            chats = {
+                label: [interactions[s["id"]]["chat"] for s in group] for label, group in sessions_of.items()
+            }
+            again = {
+                **verdicts,
+                "items": {
+                    **verdicts["items"],
+                    **await self._verify_round(
+                        stage, "repair/verify/", to_repair, preferences, checklists, chats
+                    ),
+                },
+            }
+            rounds.append(again)
+            final = {
+                itype: instance_reasons(itype, again, labeled) if repairable(reasons) else reasons
+                for itype, reasons in first.items()
+            }
+            journey = journey_from(stage.state.unit_id, sessions, checklists, interactions)
+            rebuilt = build_instances(journey, seed=self.config.seed, n_prior=self.config.n_prior)
+            instances = [i.model_dump(mode="json") for i in rebuilt]
+        else:
+            instances = list(built["instances"])
+        decisions = {
+            itype: {
+                "decision": "verified" if not first[itype] else "repaired" if not final[itype] else "dropped",
+                "first_reasons": first[itype],
+                "reasons": final[itype],
+            }
+            for itype in NEEDS
+        }
+        result = {
+            "preferences": preferences,
+            "rounds": rounds,
+            "repaired_sessions": sorted(repaired_sessions),
+            "decisions": decisions,
+            "instances": [i for i in instances if decisions[i["instance_type"]]["decision"] != "dropped"],
+            "dropped_instances": [
+                i for i in instances if decisions[i["instance_type"]]["decision"] == "dropped"
+            ],
+        }
+        return stage.finish("verify", result)  # type: ignore[no-any-return]
+
 
 def journey_from(
     pid: str,
@@ -956,6 +1161,7 @@ def build_models(config: CupidSynthConfig, factory: ModelFactory) -> CupidModels
         assistant=factory.get(config.assistant),
         decomposer=factory.get(config.decomposer),
         leak_judge=factory.get(config.leak_judge) if config.leak_judge else None,
+        verifier=factory.get(config.verifier) if config.verifier else None,
     )
 
 
@@ -967,8 +1173,12 @@ def synthesize_cupid(
     concurrency: int = 4,
     resample_failed: bool = False,
     on_done: Callable[[UnitState], None] | None = None,
+    verify_against: Path | None = None,
 ) -> SynthResult:
-    """Generate (or resume) a CUPID-style dataset in `out`; returns the summary."""
+    """Generate (or resume) a CUPID-style dataset in `out`; returns the summary. With
+    `verify_against` (human labels), the summary reports the verifier's agreement with them."""
+    if verify_against is not None and config.verifier is None:
+        raise ConfigError("--verify-against needs the verifier stage (set a verifier model)")
     seeds = load_seeds(config.seeds_file)
     templates = persona_templates(seeds, config.n_personas, config.seed)
     identity = config.identity()
@@ -993,7 +1203,7 @@ def synthesize_cupid(
             await factory.aclose()
 
     states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
-    summary = write_outputs(out, config, states, usage)
+    summary = write_outputs(out, config, states, usage, verify_against)
     return SynthResult(out, summary, states)
 
 
