@@ -41,6 +41,13 @@ ResampleOpt = Annotated[
         help="Re-ask a failed unit's remaining calls as new samples instead of replaying cached answers.",
     ),
 ]
+SeedReuseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-seed-reuse",
+        help="Allow more units than seed descriptions (units sharing a seed get near-identical data).",
+    ),
+]
 LengthOpt = Annotated[
     float | None,
     typer.Option(
@@ -137,7 +144,11 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             str | None, typer.Option(help="User simulator spec (default: --generator).")
         ] = None,
         assistant: Annotated[
-            str | None, typer.Option(help="Assistant simulator spec (default: --generator).")
+            str | None,
+            typer.Option(
+                help="Assistant simulator spec: a weaker model than the generator, as in the paper "
+                "(`generator` uses the generator; required unless the generator is scripted or local)."
+            ),
         ] = None,
         decomposer: Annotated[
             str | None, typer.Option(help="Preference decomposer spec (default: --generator).")
@@ -171,6 +182,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         leak_threshold: Annotated[
             float, typer.Option(help="Reject when the request holds this share of the preference's words.")
         ] = 0.6,
+        allow_seed_reuse: SeedReuseOpt = False,
         length_scale: LengthOpt = None,
         seed: SeedOpt = 0,
         concurrency: ConcurrencyOpt = 4,
@@ -183,13 +195,13 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
-        from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
+        from personalign.benchmarks.cupid.synth import CupidSynthConfig, default_assistant, synthesize_cupid
 
         try:
             config = CupidSynthConfig(
                 generator=generator,
                 user_simulator=user_simulator or generator,
-                assistant=assistant or generator,
+                assistant=default_assistant(generator, assistant),
                 decomposer=decomposer or generator,
                 leak_judge=leak_judge,
                 verifier=None if no_verify else (verifier or generator),
@@ -199,6 +211,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 max_turns=max_turns,
                 seed=seed,
                 seeds_file=str(seeds) if seeds else None,
+                allow_seed_reuse=allow_seed_reuse,
                 leak_threshold=leak_threshold,
                 length_scale=length_scale,
             )
@@ -245,6 +258,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         seeds: Annotated[
             Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
         ] = None,
+        allow_seed_reuse: SeedReuseOpt = False,
         length_scale: LengthOpt = None,
         seed: SeedOpt = 0,
         concurrency: ConcurrencyOpt = 2,
@@ -269,6 +283,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 persona_rounds=rounds,
                 seed=seed,
                 seeds_file=str(seeds) if seeds else None,
+                allow_seed_reuse=allow_seed_reuse,
                 length_scale=length_scale,
             )
             factory = _factory(cache, no_cache, max_cost, prices)
@@ -310,6 +325,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         seeds: Annotated[
             Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
         ] = None,
+        allow_seed_reuse: SeedReuseOpt = False,
         length_scale: LengthOpt = None,
         seed: SeedOpt = 0,
         concurrency: ConcurrencyOpt = 2,
@@ -340,6 +356,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 domain_counts=counts,
                 seed=seed,
                 seeds_file=str(seeds) if seeds else None,
+                allow_seed_reuse=allow_seed_reuse,
                 length_scale=length_scale,
             )
             factory = _factory(cache, no_cache, max_cost, prices)

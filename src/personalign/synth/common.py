@@ -305,6 +305,20 @@ def load_seeds(path: str | None) -> list[PersonaSeed]:
     return seeds
 
 
+def check_seed_reuse(
+    n_units: int, seeds: Sequence[PersonaSeed], path: str | None, allow: bool, what: str
+) -> None:
+    """Refuse more units than seed descriptions unless reuse is allowed: units that share a seed
+    get near-identical data (identical at temperature 0), which inflates a benchmark."""
+    if n_units > len(seeds) and not allow:
+        source = path or "the bundled seeds"
+        raise ConfigError(
+            f"{n_units} {what} need more than the {len(seeds)} seed descriptions of {source}, so some "
+            "seeds would serve several units (near-identical data); pass a larger --seeds file or "
+            "--allow-seed-reuse"
+        )
+
+
 STOPWORDS = frozenset(
     """the and for that with this from your you are all any must should when each every into
     about their them they have has had not but can will would than then also only more most

@@ -45,6 +45,7 @@ from personalign.synth.common import (
     StrippedOutput,
     UnitState,
     begin,
+    check_seed_reuse,
     json_config,
     load_seeds,
     open_output,
@@ -120,6 +121,7 @@ class BenchpresSynthConfig:
     domain_counts: dict[str, int] = field(default_factory=lambda: dict(DOMAIN_COUNTS))
     seed: int = 0
     seeds_file: str | None = None
+    allow_seed_reuse: bool = False
     length_scale: float | None = None
     temperature: float = 0.7
     max_tokens: dict[str, int] = field(
@@ -140,6 +142,7 @@ class BenchpresSynthConfig:
     def identity(self) -> dict[str, Any]:
         record = asdict(self)
         record.pop("n_profiles")
+        record.pop("allow_seed_reuse")  # a permission, not a property of the data
         record["generator"] = parse_model_spec(self.generator).label
         record["labeler"] = parse_model_spec(self.labeler_spec).label
         record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
@@ -504,6 +507,7 @@ def synthesize_benchpres(
     on_done: Callable[[UnitState], None] | None = None,
 ) -> BenchpresResult:
     seeds = load_seeds(config.seeds_file)
+    check_seed_reuse(config.n_profiles, seeds, config.seeds_file, config.allow_seed_reuse, "profiles")
     rng = random.Random(f"benchpres:{config.seed}")
     order = rng.sample(range(len(seeds)), len(seeds))
     identity = config.identity()

@@ -57,6 +57,7 @@ from personalign.synth.common import (
     UnitState,
     balanced_pick,
     begin,
+    check_seed_reuse,
     json_config,
     load_seeds,
     open_output,
@@ -123,6 +124,7 @@ class CupidSynthConfig:
     max_turns: int = 16
     seed: int = 0
     seeds_file: str | None = None
+    allow_seed_reuse: bool = False
     leak_threshold: float = 0.6
     length_scale: float | None = None
     temperature: dict[str, float] = field(
@@ -181,6 +183,7 @@ class CupidSynthConfig:
     def identity(self) -> dict[str, Any]:
         record = asdict(self)
         record.pop("n_personas")
+        record.pop("allow_seed_reuse")  # a permission, not a property of the data
         record["models"] = {
             r: parse_model_spec(s).label for r in ROLES if (s := self.model_for(r)) is not None
         }
@@ -209,7 +212,12 @@ def persona_templates(seeds: Sequence[PersonaSeed], n: int, seed: int) -> list[d
     for k in range(n):
         occupation = balanced_pick(occupations, counts, rng)[0]
         counts[occupation] += 1
-        seed_row = rng.choice(by_occupation[occupation])
+        # the least used seed of that occupation, so no seed serves twice while others are unused
+        rows = by_occupation[occupation]
+        keys = [f"seed:{occupation}:{i}" for i in range(len(rows))]
+        key = balanced_pick(keys, counts, rng)[0]
+        counts[key] += 1
+        seed_row = rows[keys.index(key)]
         career = balanced_pick(CAREER_LEVELS, counts, rng)[0]
         trait_names = balanced_pick(BIG_FIVE, counts, rng, k=2)
         traits = []
@@ -232,6 +240,23 @@ def persona_templates(seeds: Sequence[PersonaSeed], n: int, seed: int) -> list[d
             }
         )
     return templates
+
+
+def default_assistant(generator: str, assistant: str | None) -> str:
+    """The assistant simulator's spec: the given one (``generator`` means the generator's), the
+    generator for scripted and local models, else none: the paper's assistant simulator was a
+    deliberately weaker model than the generator, so that dialogues need feedback turns."""
+    if assistant == "generator":
+        return generator
+    if assistant:
+        return assistant
+    if parse_model_spec(generator).provider in ("scripted", "local"):
+        return generator
+    raise ConfigError(
+        "set --assistant: the paper simulated the assistant with a weaker model than the generator "
+        "(an 8B open model against a frontier generator) so that its replies miss preferences and the "
+        "user gives feedback; pass such a model, or `--assistant generator` to use the generator"
+    )
 
 
 def persona_id(template: dict[str, Any]) -> str:
@@ -1180,6 +1205,7 @@ def synthesize_cupid(
     if verify_against is not None and config.verifier is None:
         raise ConfigError("--verify-against needs the verifier stage (set a verifier model)")
     seeds = load_seeds(config.seeds_file)
+    check_seed_reuse(config.n_personas, seeds, config.seeds_file, config.allow_seed_reuse, "personas")
     templates = persona_templates(seeds, config.n_personas, config.seed)
     identity = config.identity()
     manifest = {
