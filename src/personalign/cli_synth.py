@@ -317,7 +317,20 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             str | None, typer.Option(help="Model that proposes apply/suppress labels (default: --generator).")
         ] = None,
         profiles: Annotated[int, typer.Option(help="Number of memory profiles.")] = 10,
-        facts: Annotated[int, typer.Option(help="Factual memory statements per profile.")] = 30,
+        facts: Annotated[
+            int, typer.Option(help="Factual memory statements per profile (the paper's profiles: about 147).")
+        ] = 147,
+        profile_tokens: Annotated[
+            int | None,
+            typer.Option(help="Token budget of the profile call (default: 25 per fact + 500)."),
+        ] = None,
+        judges: Annotated[
+            int,
+            typer.Option(
+                help="Labeler samples per context; only contexts all of them label alike are kept "
+                "(the paper kept unanimous labels of 3 annotators)."
+            ),
+        ] = 1,
         contexts_per_domain: Annotated[
             int | None,
             typer.Option(help="Contexts in each of the five domains (default: the paper's 13/10/5/6/5)."),
@@ -348,11 +361,16 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             counts = dict(DOMAIN_COUNTS)
             if contexts_per_domain is not None:
                 counts = {d: contexts_per_domain for d in counts}
+            budgets = BenchpresSynthConfig(generator=generator).max_tokens
+            if profile_tokens is not None:
+                budgets = {**budgets, "profile": profile_tokens}
             config = BenchpresSynthConfig(
+                max_tokens=budgets,
                 generator=generator,
                 labeler=labeler,
                 n_profiles=profiles,
                 n_facts=facts,
+                n_judges=judges,
                 domain_counts=counts,
                 seed=seed,
                 seeds_file=str(seeds) if seeds else None,
