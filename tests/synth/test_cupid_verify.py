@@ -186,3 +186,23 @@ def test_agreement_with_human_labels(tmp_path: Path) -> None:
         agreement_with(bad, {})
     with pytest.raises(ConfigError, match="verifier"):
         synthesize_cupid(config(verifier=None), tmp_path / "x", factory(), verify_against=labels)
+
+
+def test_a_rejected_persona_is_not_counted_as_verified_instances(tmp_path: Path) -> None:
+    def leaky(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = default_responder(messages, config)
+        if config.schema_name == "synth_session":
+            data = json.loads(text)
+            data["request_with_factor"] = data["request_with_factor_and_preference"]
+            return json.dumps(data)
+        return text
+
+    out = tmp_path / "out"
+    result = synthesize_cupid(config(), out, factory(leaky))
+    assert len(result.summary["rejected"]) == 1
+    assert result.summary["verification"]["instances_checked"] == 0
+    # the verifier's own verdicts stay on record for the rejected persona
+    decisions = next(iter(json.loads((out / "validation.json").read_text()).values()))["verification"][
+        "decisions"
+    ]
+    assert any(r.startswith("request: ") for d in decisions.values() for r in d["first_reasons"])

@@ -1044,6 +1044,9 @@ class CupidSynthesizer:
         prior = sessions[:-1]
         preferences = {by_role[s["plan"]]: s["preference"] for s in prior if s["plan"] in by_role}
         sessions_of = {label: [s for s in prior if by_role.get(s["plan"]) == label] for label in preferences}
+        missing = [label for label in ("current", "changed", "contrastive") if label not in preferences]
+        if missing:
+            raise ValueError(f"the session plan has no prior session for the {', '.join(missing)} preference")
         chats = {
             label: [interactions[s["id"]]["chat"] for s in group] for label, group in sessions_of.items()
         }
@@ -1102,8 +1105,8 @@ class CupidSynthesizer:
                 )
             finally:
                 ATTEMPT.reset(token)
+            interactions = [*interactions]
             for s, interaction in zip(group, redone, strict=True):
-                interactions = [*interactions]
                 interactions[s["id"]] = interaction
                 repaired_sessions.append(s["id"])
             chats = {

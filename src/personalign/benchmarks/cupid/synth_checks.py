@@ -225,7 +225,6 @@ def write_outputs(
         }
         verify = state.stages.get("verify")
         if verify is not None:
-            decisions[state.unit_id] = verify["decisions"]
             report[state.unit_id]["verification"] = {
                 "decisions": verify["decisions"],
                 "repaired_sessions": verify["repaired_sessions"],
@@ -233,6 +232,7 @@ def write_outputs(
         if problems:
             rejected.append({"persona_id": state.unit_id, "problems": problems, "instances": instances})
         elif verify is not None:
+            decisions[state.unit_id] = verify["decisions"]  # counted for personas that passed the checks
             passed.extend(verify["instances"])
             dropped.extend(
                 {
@@ -283,7 +283,8 @@ def write_outputs(
         "verification": None,
         "usage": usage,
     }
-    if decisions or verify_against is not None:
+    verifier_ran = any("verify" in s.stages for s in states if s.status == "ok")
+    if verifier_ran or verify_against is not None:
         verification = summarize(decisions)
         if verify_against is not None:
             verification["agreement"] = agreement_with(verify_against, decisions)
