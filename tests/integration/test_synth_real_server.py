@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TINY_TOKENS = {
     "persona": 120,
     "factors": 600,
-    "changed": 90,
+    "changed": 160,  # A' and what it overturns
     "session": 260,
     "user_simulator": 160,
     "assistant": 90,
