@@ -27,6 +27,7 @@ from personalign.cli_common import fail as _fail
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
 from personalign.cli_synth import register as register_synth
+from personalign.cli_view import register as register_view
 from personalign.errors import ConfigError, PersonalignError
 from personalign.llm.spec import EMBEDDED_DEFAULT, subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
@@ -258,6 +259,9 @@ def report(
     out: Annotated[
         Path, typer.Option(help="Directory for report.md/.csv/.json (CUPID, HiCUPID) and benchpres.* files.")
     ] = Path("report"),
+    html: Annotated[
+        Path | None, typer.Option(help="Also write one self-contained HTML page (tables, plots, manifests).")
+    ] = None,
 ) -> None:
     """Print and write the paper-style tables for one or more runs (CUPID, HiCUPID, BenchPreS)."""
     from personalign.benchmarks.benchpres import report as benchpres_report
@@ -278,6 +282,10 @@ def report(
         if benchpres_runs:
             typer.echo(benchpres_report.write_report(benchpres_report.build_report(benchpres_runs), out))
             console.print(f"written to {safe(out)}/benchpres.md, .csv, .json and benchpres_scatter.png/.svg")
+        if html is not None:
+            from personalign.view.report_html import write_html_report
+
+            console.print(f"HTML report written to {safe(write_html_report(runs, html))}")
     except PersonalignError as exc:
         _fail(exc)
         return
@@ -320,6 +328,7 @@ cli_hicupid.register(app, run_app)
 register_memory(app, run_app)
 register_protocol(app)
 register_synth(app, run_app)
+register_view(app)
 
 
 def main() -> None:

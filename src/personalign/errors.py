@@ -40,11 +40,14 @@ class ModelCallError(PersonalignError):
         retryable: bool = False,
         retry_after: float | None = None,
         status_code: int | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.status_code = status_code
+        # The error response's rate-limit headers (`llm.ratelimit.rate_headers`), for adaptation.
+        self.headers = headers
 
 
 class BudgetExceeded(PersonalignError):

@@ -14,8 +14,9 @@ import json
 from personalign.errors import ConfigError
 from personalign.llm.backends import Backend
 from personalign.llm.cache import CallCache, cache_key, default_cache_path
-from personalign.llm.model import Model, RetryPolicy
+from personalign.llm.model import Model, RetryPolicy, endpoint_gate
 from personalign.llm.pricing import PriceTable
+from personalign.llm.ratelimit import EndpointGate
 from personalign.llm.spec import EMBEDDED_DEFAULT, ModelSpec, parse_model_spec
 from personalign.llm.types import Completion, GenerateConfig, Usage
 from personalign.llm.usage import UsageTracker
@@ -62,6 +63,7 @@ class ModelFactory:
         self.prices = prices or PriceTable.load()
         self._backends = backends or {}
         self._models: dict[str, Model] = {}
+        self._gates: dict[tuple[str, str], EndpointGate | None] = {}
 
     def get(self, spec: str | ModelSpec) -> Model:
         parsed = parse_model_spec(spec) if isinstance(spec, str) else spec
@@ -74,9 +76,27 @@ class ModelFactory:
                     f"{parsed.label}; add it with --prices FILE"
                 )
             self._models[key] = Model(
-                parsed, backend, cache=self.cache, tracker=self.tracker, prices=self.prices
+                parsed,
+                backend,
+                cache=self.cache,
+                tracker=self.tracker,
+                prices=self.prices,
+                gate=self._gate(parsed),
             )
         return self._models[key]
+
+    def _gate(self, spec: ModelSpec) -> EndpointGate | None:
+        """The one gate of the spec's endpoint (provider + base URL), shared by its models; its
+        ceiling is the largest ``concurrency=`` among them (each model keeps its own as well)."""
+        if spec.base_url is None:
+            return None
+        key = (spec.provider, spec.base_url)
+        if key not in self._gates:
+            self._gates[key] = endpoint_gate(spec)
+        gate = self._gates[key]
+        if gate is not None:
+            gate.controller.ceiling = max(gate.controller.ceiling, spec.concurrency)
+        return gate
 
     async def aclose(self) -> None:
         """Close every backend and commit the cache's pending writes (the cache stays open)."""

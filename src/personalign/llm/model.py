@@ -17,8 +17,15 @@ from personalign.errors import ModelCallError
 from personalign.llm.backends import Backend
 from personalign.llm.cache import CallCache, cache_key
 from personalign.llm.pricing import PriceTable
+from personalign.llm.ratelimit import EndpointGate, RateController, endpoint_name
 from personalign.llm.spec import ModelSpec
-from personalign.llm.types import Completion, GenerateConfig, Usage, normalize_finish_reason
+from personalign.llm.types import (
+    BackendResponse,
+    Completion,
+    GenerateConfig,
+    Usage,
+    normalize_finish_reason,
+)
 from personalign.llm.usage import UsageTracker
 from personalign.types import Message
 
@@ -109,6 +116,7 @@ class Model:
         prices: PriceTable,
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        gate: EndpointGate | None = None,
     ) -> None:
         self.spec = spec
         self.backend = backend
@@ -119,6 +127,11 @@ class Model:
         self._slots = PrioritySlots(spec.concurrency)
         self._rng = rng or random.Random()
         self._inflight: dict[str, asyncio.Future[Completion]] = {}
+        # Calls in flight at the endpoint adapt to its rate limits (shared by the models of one
+        # endpoint when the factory builds them); the spec's concurrency stays this model's ceiling.
+        self._gate = gate if gate is not None else endpoint_gate(spec)
+        if self._gate is not None:
+            tracker.register_endpoint(self._gate.name, self._gate.stats)
 
     @property
     def label(self) -> str:
@@ -133,11 +146,7 @@ class Model:
         is stored as usual.
         """
         config = config or GenerateConfig()
-        # How a schema is sent changes what comes back, so it is part of the key; so are the spec
-        # options that change the output (reasoning_effort, ...); the base URL is not.
-        base = self.spec.identity
-        identity = base if config.json_schema is None else f"{base}|{self.spec.schema_mode}"
-        key = cache_key(identity, messages, config)
+        key = self.key_for(messages, config)
         if self.cache is not None and not refresh:
             hit = self.cache.get(key)
             if hit is not None:
@@ -163,6 +172,57 @@ class Model:
             return completion
         finally:
             del self._inflight[key]
+
+    def key_for(self, messages: Sequence[Message], config: GenerateConfig) -> str:
+        """The call's cache key (also its batch ``custom_id``)."""
+        # How a schema is sent changes what comes back, so it is part of the key; so are the spec
+        # options that change the output (reasoning_effort, ...); the base URL is not.
+        base = self.spec.identity
+        identity = base if config.json_schema is None else f"{base}|{self.spec.schema_mode}"
+        return cache_key(identity, messages, config)
+
+    def cached(self, key: str) -> Completion | None:
+        """The cached answer for `key` (counted as a cache hit), or None."""
+        if self.cache is None:
+            return None
+        hit = self.cache.get(key)
+        return None if hit is None else self._from_cache(key, hit)
+
+    def accept(
+        self,
+        key: str,
+        response: BackendResponse,
+        *,
+        latency: float = 0.0,
+        retries: int = 0,
+        batch: bool = False,
+    ) -> Completion:
+        """Account for and cache one successful answer, as a `Completion`: the one path for direct
+        calls and batch results alike (`batch` prices it at the provider's batch price)."""
+        cost = self.prices.cost(self.spec, response.usage, batch=batch)
+        self.tracker.record_call(self.label, response.usage, cost, retries, batch=batch)
+        if self.cache is not None:
+            self.cache.put(
+                key,
+                self.label,
+                {
+                    "text": response.text,
+                    "usage": response.usage.model_dump(),
+                    "finish_reason": response.finish_reason,
+                    "raw": response.raw,
+                },
+            )
+        return Completion(
+            text=response.text,
+            usage=response.usage,
+            model=self.label,
+            latency_s=latency,
+            cost_usd=cost,
+            attempts=retries + 1,
+            finish_reason=response.finish_reason,
+            cache_key=key,
+            raw=response.raw,
+        )
 
     def reject(self, completion: Completion) -> None:
         """Evict a reply that its step rejected (unparseable, truncated, empty), so that a re-run
@@ -215,14 +275,22 @@ class Model:
         self.tracker.check_budget()
         attempt = 0
         started = time.perf_counter()
+        gate = self._gate
+        tokens = 0.0
+        if gate is not None:  # the estimate a tokens-per-minute limit is paced by
+            tokens = sum(len(m.content) for m in messages) / 4 + config.max_tokens
         while True:
             try:
-                await self._slots.acquire(_call_priority.get())
+                priority = _call_priority.get()
+                await self._slots.acquire(priority)
                 with self._slots._held():
-                    response = await asyncio.wait_for(
-                        self.backend.generate(messages, config, timeout=self.spec.timeout),
-                        timeout=self.spec.timeout + 5,
-                    )
+                    if gate is None:
+                        response = await asyncio.wait_for(
+                            self.backend.generate(messages, config, timeout=self.spec.timeout),
+                            timeout=self.spec.timeout + 5,
+                        )
+                    else:
+                        response = await self._gated(gate, priority, tokens, messages, config)
                 break
             except asyncio.TimeoutError:
                 error = ModelCallError(
@@ -239,33 +307,55 @@ class Model:
                     retry_after=error.retry_after,
                     status_code=error.status_code,
                 ) from error
-            await asyncio.sleep(self.retry.delay(attempt, error.retry_after, self._rng))
+            if gate is not None and gate.controller.adaptive and error.status_code == 429:
+                # The gate already holds the endpoint for the server's retry-after and narrowed
+                # the window; a short jitter is enough here, a long backoff would only idle it.
+                await asyncio.sleep(self._rng.uniform(0, min(self.retry.base_delay, 0.1)))
+            else:
+                await asyncio.sleep(self.retry.delay(attempt, error.retry_after, self._rng))
             attempt += 1
-        latency = time.perf_counter() - started
-        cost = self.prices.cost(self.spec, response.usage)
-        self.tracker.record_call(self.label, response.usage, cost, attempt)
-        if self.cache is not None:
-            self.cache.put(
-                key,
-                self.label,
-                {
-                    "text": response.text,
-                    "usage": response.usage.model_dump(),
-                    "finish_reason": response.finish_reason,
-                    "raw": response.raw,
-                },
+        return self.accept(key, response, latency=time.perf_counter() - started, retries=attempt)
+
+    async def _gated(
+        self,
+        gate: EndpointGate,
+        priority: int,
+        tokens: float,
+        messages: Sequence[Message],
+        config: GenerateConfig,
+    ) -> BackendResponse:
+        """One attempt through the endpoint's gate, reporting how it ended (status, headers, usage)."""
+        ticket = await gate.acquire(priority, tokens)
+        status: int | None = None
+        headers: dict[str, str] | None = None
+        used = 0
+        try:
+            response = await asyncio.wait_for(
+                self.backend.generate(messages, config, timeout=self.spec.timeout),
+                timeout=self.spec.timeout + 5,
             )
-        return Completion(
-            text=response.text,
-            usage=response.usage,
-            model=self.label,
-            latency_s=latency,
-            cost_usd=cost,
-            attempts=attempt + 1,
-            finish_reason=response.finish_reason,
-            cache_key=key,
-            raw=response.raw,
-        )
+            status, headers, used = 200, response.headers, response.usage.total_tokens
+            return response
+        except ModelCallError as exc:
+            status, headers = exc.status_code, exc.headers
+            raise
+        finally:
+            gate.release(ticket, status=status, headers=headers, used_tokens=used)
 
     async def aclose(self) -> None:
         await self.backend.aclose()
+
+
+def endpoint_gate(spec: ModelSpec, ceiling: int | None = None) -> EndpointGate | None:
+    """A gate for the spec's endpoint: HTTP endpoints that adapt or have an rpm/tpm budget."""
+    if spec.base_url is None or not (spec.adaptive or spec.rpm or spec.tpm):
+        return None
+    controller = RateController(
+        endpoint_name(spec.provider, spec.base_url),
+        ceiling=ceiling or spec.concurrency,
+        adaptive=spec.adaptive,
+        rpm=spec.rpm,
+        tpm=spec.tpm,
+        now=time.monotonic(),
+    )
+    return EndpointGate(controller)

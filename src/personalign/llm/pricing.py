@@ -15,19 +15,33 @@ from personalign.llm.types import Usage
 FREE_PROVIDERS = {"local", "scripted"}
 
 
+# Batch APIs (OpenAI Batch, Anthropic Message Batches) bill half the direct price, unless the
+# table gives an entry's own ``batch_input`` / ``batch_output`` or a ``_batch_multiplier``.
+BATCH_MULTIPLIER = 0.5
+
+
 @dataclass(frozen=True)
 class Price:
     input: float
     output: float
+    batch_input: float | None = None
+    batch_output: float | None = None
 
-    def cost(self, usage: Usage) -> float:
-        return (usage.prompt_tokens * self.input + usage.completion_tokens * self.output) / 1_000_000
+    def cost(self, usage: Usage, *, batch: bool = False, multiplier: float = BATCH_MULTIPLIER) -> float:
+        rate_in, rate_out = self.input, self.output
+        if batch:
+            rate_in = self.batch_input if self.batch_input is not None else self.input * multiplier
+            rate_out = self.batch_output if self.batch_output is not None else self.output * multiplier
+        return (usage.prompt_tokens * rate_in + usage.completion_tokens * rate_out) / 1_000_000
 
 
 class PriceTable:
-    def __init__(self, prices: dict[str, Price], source: str) -> None:
+    def __init__(
+        self, prices: dict[str, Price], source: str, batch_multiplier: float = BATCH_MULTIPLIER
+    ) -> None:
         self._prices = prices
         self.source = source
+        self.batch_multiplier = batch_multiplier
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> PriceTable:
@@ -51,18 +65,28 @@ class PriceTable:
             if key.startswith("_"):
                 continue
             try:
-                prices[key] = Price(float(value["input"]), float(value["output"]))
+                batch = {f: float(value[f]) for f in ("batch_input", "batch_output") if f in value}
+                prices[key] = Price(float(value["input"]), float(value["output"]), **batch)
             except (TypeError, KeyError, ValueError):
                 raise ConfigError(
-                    f"price table {source}: entry {key!r} needs numeric 'input' and 'output'"
+                    f"price table {source}: entry {key!r} needs numeric 'input' and 'output' "
+                    "(and numeric 'batch_input'/'batch_output' where given)"
                 ) from None
-        return cls(prices, source)
+        multiplier = data.get("_batch_multiplier", BATCH_MULTIPLIER)
+        if (
+            isinstance(multiplier, bool)
+            or not isinstance(multiplier, (int, float))
+            or not 0 < multiplier <= 1
+        ):
+            raise ConfigError(f"price table {source}: '_batch_multiplier' must be a number in (0, 1]")
+        return cls(prices, source, float(multiplier))
 
     def price_for(self, spec: ModelSpec) -> Price | None:
         if spec.provider in FREE_PROVIDERS:
             return Price(0.0, 0.0)
         return self._prices.get(spec.label) or self._prices.get(spec.model)
 
-    def cost(self, spec: ModelSpec, usage: Usage) -> float | None:
+    def cost(self, spec: ModelSpec, usage: Usage, *, batch: bool = False) -> float | None:
+        """USD for `usage`; `batch` = answered through the provider's batch API (half price by default)."""
         price = self.price_for(spec)
-        return None if price is None else price.cost(usage)
+        return None if price is None else price.cost(usage, batch=batch, multiplier=self.batch_multiplier)

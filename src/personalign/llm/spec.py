@@ -12,7 +12,11 @@ Syntax: ``provider/model[@base_url][?option=value&...]``
 - ``scripted/<name>``: a deterministic in-process model for tests and dry runs.
 
 Options: ``key_env`` (name of the env var holding the key; the key itself is never part of
-a spec), ``concurrency``, ``timeout`` (seconds per call), ``max_retries``, and for
+a spec), ``concurrency`` (calls in flight; with adaptation, the ceiling), ``adaptive``
+(``true`` by default for HTTP endpoints: calls in flight adapt to 429s and rate-limit
+headers, `llm.ratelimit`; ``false`` keeps exactly ``concurrency``), ``rpm`` / ``tpm``
+(requests / tokens per minute budgets, paced per endpoint), ``timeout`` (seconds per call),
+``max_retries``, and for
 OpenAI-compatible servers ``schema_mode`` = ``json_schema`` (OpenAI style, default) |
 ``json_object`` (llama-cpp-python server style) | ``none``, and ``reasoning_param``, how a
 request to turn reasoning on or off is sent: ``chat_template_kwargs`` (``enable_thinking``, as
@@ -52,6 +56,9 @@ KNOWN_OPTIONS = {
     "reasoning_effort",
     "system_role",
     "thinking_budget",
+    "adaptive",
+    "rpm",
+    "tpm",
 }
 # Options that change what the model writes: part of the cache key and of run identities.
 OUTPUT_OPTIONS = ("reasoning_effort", "system_role", "thinking_budget")
@@ -87,6 +94,9 @@ class ModelSpec:
     max_retries: int = 4
     schema_mode: str = "json_schema"
     reasoning_param: str = "chat_template_kwargs"
+    adaptive: bool = True
+    rpm: float | None = None
+    tpm: float | None = None
     options: dict[str, str] = field(default_factory=dict, compare=False)
     capabilities: Capabilities | None = field(default=None, compare=False)
 
@@ -130,6 +140,10 @@ class ModelSpec:
             "schema_mode": self.schema_mode,
             "reasoning_param": self.reasoning_param,
             "capabilities": self.caps.to_record(),
+            # Only when set, so that existing manifests stay byte-identical.
+            **({"adaptive": False} if not self.adaptive else {}),
+            **({"rpm": self.rpm} if self.rpm is not None else {}),
+            **({"tpm": self.tpm} if self.tpm is not None else {}),
         }
 
 
@@ -191,6 +205,18 @@ def parse_model_spec(text: str) -> ModelSpec:
         raise ConfigError(f"{text!r}: bad numeric option ({exc})") from None
     if concurrency < 1 or timeout <= 0 or max_retries < 0:
         raise ConfigError(f"{text!r}: concurrency >= 1, timeout > 0 and max_retries >= 0 are required")
+    adaptive_text = options.get("adaptive", "true").lower()
+    if adaptive_text not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise ConfigError(f"{text!r}: adaptive must be true or false, not {options['adaptive']!r}")
+    budgets: dict[str, float | None] = {}
+    for name in ("rpm", "tpm"):
+        try:
+            budgets[name] = float(options[name]) if name in options else None
+        except ValueError:
+            raise ConfigError(f"{text!r}: {name} must be a number, not {options[name]!r}") from None
+        value = budgets[name]
+        if value is not None and not 0 < value < float("inf"):
+            raise ConfigError(f"{text!r}: {name} must be > 0")
     capabilities = resolve_capabilities(provider, model, options)
     return ModelSpec(
         capabilities=capabilities,
@@ -203,5 +229,8 @@ def parse_model_spec(text: str) -> ModelSpec:
         max_retries=max_retries,
         schema_mode=schema_mode,
         reasoning_param=reasoning_param,
+        adaptive=adaptive_text in ("true", "1", "yes", "on"),
+        rpm=budgets["rpm"],
+        tpm=budgets["tpm"],
         options=options,
     )

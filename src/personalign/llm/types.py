@@ -82,6 +82,9 @@ class BackendResponse(BaseModel):
     usage: Usage = Usage()
     finish_reason: FinishReason | None = None
     raw: dict[str, Any] | None = None
+    # The response's rate-limit headers (lower-case names; `llm.ratelimit.rate_headers`), read by
+    # the endpoint's adaptive concurrency; never cached.
+    headers: dict[str, str] | None = None
 
 
 class Completion(BaseModel):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from personalign.errors import BudgetExceeded
+from personalign.llm.ratelimit import EndpointStats
 from personalign.llm.types import Usage
 
 
@@ -22,6 +23,7 @@ class ModelTally:
     cached_prompt_tokens: int = 0  # part of prompt_tokens the backend reused instead of evaluating
     cost_usd: float = 0.0
     unpriced_calls: int = 0
+    batch_calls: int = 0  # answered through a provider's batch API (part of calls)
 
 
 @dataclass
@@ -30,7 +32,12 @@ class UsageTracker:
 
     max_cost_usd: float | None = None
     per_model: dict[str, ModelTally] = field(default_factory=dict)
+    # What adaptive concurrency did per endpoint (`llm.ratelimit`), filled in by the gates.
+    endpoints: dict[str, EndpointStats] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def register_endpoint(self, name: str, stats: EndpointStats) -> None:
+        self.endpoints.setdefault(name, stats)
 
     def _tally(self, model: str) -> ModelTally:
         return self.per_model.setdefault(model, ModelTally())
@@ -39,10 +46,13 @@ class UsageTracker:
         if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
             raise BudgetExceeded(f"budget of ${self.max_cost_usd:.4f} reached (spent ${self.cost_usd:.4f})")
 
-    def record_call(self, model: str, usage: Usage, cost: float | None, retries: int) -> None:
+    def record_call(
+        self, model: str, usage: Usage, cost: float | None, retries: int, *, batch: bool = False
+    ) -> None:
         with self._lock:
             t = self._tally(model)
             t.calls += 1
+            t.batch_calls += batch
             t.retries += retries
             t.prompt_tokens += usage.prompt_tokens
             t.completion_tokens += usage.completion_tokens
@@ -99,5 +109,18 @@ class UsageTracker:
             "reasoning_tokens": self.reasoning_tokens,
             "cost_usd": round(self.cost_usd, 6),
             "max_cost_usd": self.max_cost_usd,
-            "per_model": {k: vars(v).copy() for k, v in sorted(self.per_model.items())},
+            "per_model": {k: _tally_record(v) for k, v in sorted(self.per_model.items())},
+            # Only endpoints that made calls: runs on scripted/local models keep their old record.
+            **(
+                {"rate_limits": {k: v.to_record() for k, v in sorted(self.endpoints.items()) if v.calls}}
+                if any(v.calls for v in self.endpoints.values())
+                else {}
+            ),
         }
+
+
+def _tally_record(tally: ModelTally) -> dict[str, Any]:
+    record = vars(tally).copy()
+    if not record["batch_calls"]:  # records of runs without batch calls stay as they were
+        del record["batch_calls"]
+    return record

@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
+from personalign.runs import schema
 from personalign.runs.health import health_section
 from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.manifest import environment, identity_hash, now
@@ -206,6 +207,7 @@ def build_manifest(
     extra = spec.manifest_extra(config, texts)
     env_extra = extra.pop("environment", {})
     return {
+        "schema_version": schema.SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "identity": identity,
@@ -235,6 +237,7 @@ def write_summary(
     """summary.json: status, the run's description, the metrics, usage, step health, notices."""
     specs = model_specs(spec, config)
     summary = {
+        "schema_version": schema.SCHEMA_VERSION,
         "benchmark": spec.name,
         "protocol": config.protocol,
         "status": status,

@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from personalign import __version__
+from personalign._version import __version__
 
 PACKAGES = ("pydantic", "httpx", "numpy", "pyarrow", "typer", "rich", "llama-cpp-python", "datasets")
 

@@ -20,6 +20,7 @@ from typing import Any
 from personalign.errors import ConfigError
 from personalign.redact import redact_text
 from personalign.runs.records import InstanceRecord
+from personalign.runs.schema import NewerSchemaError, RunManifest, RunSummary, validate_file
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -110,22 +111,23 @@ class RunDir:
         return self.manifest_path.exists()
 
     def read_manifest(self) -> dict[str, Any]:
-        """The manifest; a missing or corrupt one is a `ConfigError` (it identifies the run)."""
+        """The manifest, checked against its `schema_version` (runs/schema.py); a missing, corrupt,
+        malformed or too new one is a `ConfigError` (it identifies the run)."""
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"{self.path} is a file, not a run directory")
         if not self.exists():
             raise ConfigError(f"{self.path} is not a run directory (no {MANIFEST})")
         data = read_json(self.manifest_path, "run manifest")
-        if not isinstance(data, dict):
-            raise ConfigError(f"{self.manifest_path}: the run manifest is corrupt (not a JSON object)")
-        return data
+        validate_file(RunManifest, data, self.manifest_path, "run manifest")
+        return data  # type: ignore[no-any-return]  # a dict: validate_file checked it
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         ensure_directory(self.path)
         write_json(self.manifest_path, manifest)
 
     def read_summary(self) -> dict[str, Any] | None:
-        """The stored summary; None when absent or corrupt (it is recomputed from the samples)."""
+        """The stored summary; None when absent, corrupt or malformed (it is recomputed from the
+        samples). A summary of a newer `schema_version` than this code reads is a `ConfigError`."""
         if not self.summary_path.exists():
             return None
         try:
@@ -135,6 +137,13 @@ class RunDir:
             return None
         if not isinstance(data, dict):
             warnings.warn(f"{self.summary_path}: not a JSON object; ignoring it", stacklevel=2)
+            return None
+        try:
+            validate_file(RunSummary, data, self.summary_path, "summary")
+        except NewerSchemaError:
+            raise  # recomputing would overwrite it in an older format
+        except ConfigError as exc:
+            warnings.warn(f"{exc}; ignoring it (it is recomputed from samples.jsonl)", stacklevel=2)
             return None
         return data
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import email.utils
 import os
-import time
 from typing import TYPE_CHECKING
 
 from personalign.errors import ConfigError, ModelCallError
+from personalign.llm.ratelimit import parse_retry_after, rate_headers
 from personalign.redact import redact_secret
 
 if TYPE_CHECKING:  # httpx costs ~40 ms to import; plain-http endpoints never need it
@@ -26,21 +25,6 @@ def read_key(key_env: str | None, label: str) -> str | None:
     return value
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def scrub(text: str, secret: str | None) -> str:
     """`text` without the API key, URL credentials or secret-looking query values."""
     return redact_secret(text, secret)
@@ -48,19 +32,29 @@ def scrub(text: str, secret: str | None) -> str:
 
 def status_error(response: httpx.Response, label: str, secret: str | None) -> ModelCallError:
     return http_status_error(
-        response.status_code, response.text, response.headers.get("retry-after"), label, secret
+        response.status_code, response.text, rate_headers(response.headers), label, secret
     )
 
 
 def http_status_error(
-    status: int, text: str, retry_after: str | None, label: str, secret: str | None
+    status: int, text: str, headers: dict[str, str], label: str, secret: str | None
 ) -> ModelCallError:
+    """The error for a non-200 answer; `headers` are its rate-limit headers (`rate_headers`)."""
     body = scrub(text[:300], secret).replace("\n", " ")
+    retry_after = None
+    if "retry-after-ms" in headers:  # OpenAI's, finer than retry-after's whole seconds
+        try:
+            retry_after = max(0.0, float(headers["retry-after-ms"]) / 1000)
+        except ValueError:
+            retry_after = None
+    if retry_after is None:
+        retry_after = parse_retry_after(headers.get("retry-after"))
     return ModelCallError(
         f"{label}: HTTP {status}: {body}",
         retryable=status in RETRYABLE_STATUS,
-        retry_after=parse_retry_after(retry_after),
+        retry_after=retry_after,
         status_code=status,
+        headers=headers or None,
     )
 
 

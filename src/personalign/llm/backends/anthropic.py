@@ -11,11 +11,41 @@ import httpx
 from personalign.errors import ModelCallError
 from personalign.llm.backends._http import read_key, status_error, transport_error
 from personalign.llm.capabilities import anthropic_fields
+from personalign.llm.ratelimit import rate_headers
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
 
 API_VERSION = "2023-06-01"
+
+
+def message_response(data: Any, unsent: Sequence[str] = ()) -> BackendResponse:
+    """A Messages API body as a `BackendResponse` (direct calls and batch results alike); raises
+    KeyError/TypeError/AttributeError on a malformed body."""
+    texts, thinking = [], []
+    for block in data["content"]:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block.get("text", ""))
+        elif kind == "tool_use":
+            texts.append(json.dumps(block.get("input", {}), ensure_ascii=False))
+        elif kind == "thinking":
+            thinking.append(block.get("thinking", ""))
+    usage = data.get("usage") or {}
+    return BackendResponse(
+        text="".join(texts),
+        usage=Usage(
+            prompt_tokens=int(usage.get("input_tokens") or 0),
+            completion_tokens=int(usage.get("output_tokens") or 0),
+        ),
+        finish_reason=normalize_finish_reason(data.get("stop_reason")),
+        raw={
+            "id": data.get("id"),
+            "stop_reason": data.get("stop_reason"),
+            "reasoning": "".join(thinking) or None,
+            **({"unsent": list(unsent)} if unsent else {}),
+        },
+    )
 
 
 class AnthropicBackend:
@@ -83,34 +113,13 @@ class AnthropicBackend:
         if response.status_code != 200:
             raise status_error(response, label, self._key)
         try:
-            data = response.json()
-            blocks = data["content"]
-        except (ValueError, KeyError, TypeError):
+            parsed = message_response(response.json(), unsent)
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise ModelCallError(f"{label}: malformed response body", retryable=True) from None
-        texts, thinking = [], []
-        for block in blocks:
-            kind = block.get("type")
-            if kind == "text":
-                texts.append(block.get("text", ""))
-            elif kind == "tool_use":
-                texts.append(json.dumps(block.get("input", {}), ensure_ascii=False))
-            elif kind == "thinking":
-                thinking.append(block.get("thinking", ""))
-        usage = data.get("usage") or {}
-        return BackendResponse(
-            text="".join(texts),
-            usage=Usage(
-                prompt_tokens=int(usage.get("input_tokens") or 0),
-                completion_tokens=int(usage.get("output_tokens") or 0),
-            ),
-            finish_reason=normalize_finish_reason(data.get("stop_reason")),
-            raw={
-                "id": data.get("id"),
-                "stop_reason": data.get("stop_reason"),
-                "reasoning": "".join(thinking) or None,
-                **({"unsent": list(unsent)} if unsent else {}),
-            },
-        )
+        headers = rate_headers(response.headers)
+        if headers:
+            parsed.headers = headers
+        return parsed
 
     async def aclose(self) -> None:
         await self._client.aclose()

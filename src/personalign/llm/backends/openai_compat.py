@@ -19,6 +19,7 @@ from personalign.llm.backends._http import http_status_error, read_key, scrub, t
 from personalign.llm.backends._http1 import Http1Pool, TransportFailure, lean_client_applies
 from personalign.llm.cache import json_string
 from personalign.llm.capabilities import openai_fields, reasoning_toggle
+from personalign.llm.ratelimit import rate_headers
 from personalign.llm.spec import ModelSpec
 from personalign.llm.types import BackendResponse, GenerateConfig, Usage, normalize_finish_reason
 from personalign.types import Message
@@ -43,6 +44,33 @@ def response_format(config: GenerateConfig, schema_mode: str) -> dict[str, Any] 
 def reasoning_fields(reasoning: bool | None, param: str) -> dict[str, Any]:
     """Request fields that turn reasoning on or off, in the style the server understands."""
     return {} if reasoning is None else reasoning_toggle(reasoning, param)
+
+
+def chat_completion_response(data: Any, label: str) -> BackendResponse:
+    """A chat completion body as a `BackendResponse` (direct calls and batch result lines alike);
+    raises KeyError/TypeError/... on a malformed body, `ModelCallError` when the content is not text."""
+    choice = data["choices"][0]
+    message = choice["message"]
+    text = message.get("content") or ""
+    usage = data.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    tokens = Usage(
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        reasoning_tokens=int(details.get("reasoning_tokens") or usage.get("reasoning_tokens") or 0),
+    )
+    if not isinstance(text, str):
+        raise ModelCallError(f"{label}: message content is not text", retryable=True)
+    return BackendResponse(
+        text=text,
+        usage=tokens,
+        finish_reason=normalize_finish_reason(choice.get("finish_reason")),
+        raw={
+            "id": data.get("id"),
+            "finish_reason": choice.get("finish_reason"),
+            "reasoning": message.get("reasoning_content") or message.get("reasoning"),
+        },
+    )
 
 
 class OpenAICompatBackend:
@@ -157,7 +185,7 @@ class OpenAICompatBackend:
                 )
             except TransportFailure as exc:
                 raise ModelCallError(f"{label}: {exc}", retryable=True) from None
-            status, content, retry_after = raw.status, raw.body, raw.headers.get("retry-after")
+            status, content, headers = raw.status, raw.body, rate_headers(raw.headers)
         else:
             import httpx
 
@@ -171,11 +199,13 @@ class OpenAICompatBackend:
             except httpx.HTTPError as exc:
                 raise transport_error(exc, label) from None
             status, content = response.status_code, response.content
-            retry_after = response.headers.get("retry-after")
+            headers = rate_headers(response.headers)
         if status != 200:
             text = content.decode("utf-8", errors="replace")
-            raise http_status_error(status, text, retry_after, label, self._key)
+            raise http_status_error(status, text, headers, label, self._key)
         parsed = self.parse_response(content)
+        if headers:
+            parsed.headers = headers
         unsent = self._payload([], config)[1]
         if unsent and parsed.raw is not None:
             parsed.raw["unsent"] = list(unsent)
@@ -184,32 +214,10 @@ class OpenAICompatBackend:
     def parse_response(self, content: bytes) -> BackendResponse:
         label = self.spec.label
         try:
-            data = json.loads(content)
-            choice = data["choices"][0]
-            message = choice["message"]
-            text = message.get("content") or ""
-            usage = data.get("usage") or {}
-            details = usage.get("completion_tokens_details") or {}
-            tokens = Usage(
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                reasoning_tokens=int(details.get("reasoning_tokens") or usage.get("reasoning_tokens") or 0),
-            )
+            return chat_completion_response(json.loads(content), label)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             body = scrub(content[:200].decode("utf-8", errors="replace"), self._key)
             raise ModelCallError(f"{label}: malformed response body: {body!r}", retryable=True) from None
-        if not isinstance(text, str):
-            raise ModelCallError(f"{label}: message content is not text", retryable=True)
-        return BackendResponse(
-            text=text,
-            usage=tokens,
-            finish_reason=normalize_finish_reason(choice.get("finish_reason")),
-            raw={
-                "id": data.get("id"),
-                "finish_reason": choice.get("finish_reason"),
-                "reasoning": message.get("reasoning_content") or message.get("reasoning"),
-            },
-        )
 
     async def aclose(self) -> None:
         if self._lean is not None:

@@ -1,0 +1,1 @@
+"""Looking at results: a self-contained HTML report (`report_html`) and a local run viewer (`app`)."""
