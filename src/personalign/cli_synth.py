@@ -49,6 +49,13 @@ ResampleOpt = Annotated[
         help="Re-ask a failed unit's remaining calls as new samples instead of replaying cached answers.",
     ),
 ]
+SeedReuseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-seed-reuse",
+        help="Allow more units than seed descriptions (units sharing a seed get near-identical data).",
+    ),
+]
 LengthOpt = Annotated[
     float | None,
     typer.Option(
@@ -96,10 +103,30 @@ def print_summary(summary: dict[str, Any], out: Path, max_error_rate: float = 1.
         console.print(f"  [yellow]rejected[/] {safe(rejection['id'])}:")
         for problem in rejection["problems"][:5]:
             console.print(f"    - {safe(problem)}")
+    verification = summary.get("verification")
+    if verification:
+        console.print(
+            f"  verifier: {verification['instances_checked']} instances checked, {verification['verified']} "
+            f"verified, {verification['repaired']} repaired, {verification['dropped']} dropped"
+            + (f" ({safe(verification['dropped_by_reason'])})" if verification["dropped_by_reason"] else "")
+        )
+        if "agreement" in verification:
+            a = verification["agreement"]
+            console.print(
+                f"  agreement with {safe(a['file'])}: n {a['n']}, "
+                f"accuracy {a['accuracy']}, kappa {a['kappa']}"
+            )
     usage = summary.get("usage", {})
+    this = usage.get("this_invocation", usage)
     console.print(
-        f"  calls {usage.get('calls', 0)}, cache hits {usage.get('cache_hits', 0)}, "
-        f"tokens {usage.get('tokens', 0):,}, cost ${usage.get('cost_usd', 0.0):.4f}"
+        f"  calls {this.get('calls', 0)}, cache hits {this.get('cache_hits', 0)}, "
+        f"tokens {this.get('tokens', 0):,}, cost ${this.get('cost_usd', 0.0):.4f}"
+        + (
+            f"; all {usage['invocations']} invocations: calls {usage.get('calls', 0)}, "
+            f"tokens {usage.get('tokens', 0):,}, cost ${usage.get('cost_usd', 0.0):.4f}"
+            if usage.get("invocations", 1) > 1
+            else ""
+        )
     )
     console.print(f"written to {safe(out)}/ (summary.json, validation.json)")
     if summary["passed_validation"] == 0:
@@ -125,13 +152,32 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             str | None, typer.Option(help="User simulator spec (default: --generator).")
         ] = None,
         assistant: Annotated[
-            str | None, typer.Option(help="Assistant simulator spec (default: --generator).")
+            str | None,
+            typer.Option(
+                help="Assistant simulator spec: a weaker model than the generator, as in the paper "
+                "(`generator` uses the generator; required unless the generator is scripted or local)."
+            ),
         ] = None,
         decomposer: Annotated[
             str | None, typer.Option(help="Preference decomposer spec (default: --generator).")
         ] = None,
         leak_judge: Annotated[
             str | None, typer.Option(help="Optional judge for the leak check (lexical check only if unset).")
+        ] = None,
+        verifier: Annotated[
+            str | None,
+            typer.Option(
+                help="Judge for the verifier stage (checklist items expressed, request not revealing, "
+                "A' contradicts A; failing instances repaired once or dropped). Default: --generator."
+            ),
+        ] = None,
+        no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the verifier stage.")] = False,
+        verify_against: Annotated[
+            Path | None,
+            typer.Option(
+                help="Human labels (.jsonl/.json/.parquet: persona_id, instance_type, valid) to report "
+                "the verifier's agreement with (accuracy, Cohen's kappa)."
+            ),
         ] = None,
         personas: Annotated[int, typer.Option(help="Number of personas.")] = 4,
         factors: Annotated[int, typer.Option(help="Context factors per persona.")] = 8,
@@ -144,6 +190,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         leak_threshold: Annotated[
             float, typer.Option(help="Reject when the request holds this share of the preference's words.")
         ] = 0.6,
+        allow_seed_reuse: SeedReuseOpt = False,
         length_scale: LengthOpt = None,
         seed: SeedOpt = 0,
         concurrency: ConcurrencyOpt = 4,
@@ -156,22 +203,24 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         max_error_rate: MaxErrorRateOpt = 1.0,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
-        from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
+        from personalign.benchmarks.cupid.synth import CupidSynthConfig, default_assistant, synthesize_cupid
 
         with cli_errors():
             generator = generator or embedded_default()
             config = CupidSynthConfig(
                 generator=generator,
                 user_simulator=user_simulator or generator,
-                assistant=assistant or generator,
+                assistant=default_assistant(generator, assistant),
                 decomposer=decomposer or generator,
                 leak_judge=leak_judge,
+                verifier=None if no_verify else (verifier or generator),
                 n_personas=personas,
                 n_factors=factors,
                 n_sessions=sessions,
                 max_turns=max_turns,
                 seed=seed,
                 seeds_file=str(seeds) if seeds else None,
+                allow_seed_reuse=allow_seed_reuse,
                 leak_threshold=leak_threshold,
                 length_scale=length_scale,
             )
@@ -180,7 +229,8 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 f"synth cupid: generator [bold]{safe(config.generator)}[/], "
                 f"user simulator {safe(config.user_simulator)}, "
                 f"assistant {safe(config.assistant)}, decomposer {safe(config.decomposer)}, "
-                f"leak judge {safe(config.leak_judge or '(lexical only)')}; "
+                f"leak judge {safe(config.leak_judge or '(lexical only)')}, "
+                f"verifier {safe(config.verifier or '(none)')}; "
                 f"{personas} personas -> {safe(out)}"
             )
             result = _with_progress(
@@ -195,6 +245,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                     concurrency=concurrency,
                     on_done=on_done,
                     resample_failed=resample_failed,
+                    verify_against=verify_against,
                 ),
             )
         print_summary(result.summary, out, max_error_rate)
@@ -213,6 +264,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         seeds: Annotated[
             Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
         ] = None,
+        allow_seed_reuse: SeedReuseOpt = False,
         length_scale: LengthOpt = None,
         seed: SeedOpt = 0,
         concurrency: ConcurrencyOpt = 2,
@@ -238,6 +290,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
                 persona_rounds=rounds,
                 seed=seed,
                 seeds_file=str(seeds) if seeds else None,
+                allow_seed_reuse=allow_seed_reuse,
                 length_scale=length_scale,
             )
             factory = _factory(cache, no_cache, max_cost, prices)
@@ -268,7 +321,20 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             str | None, typer.Option(help="Model that proposes apply/suppress labels (default: --generator).")
         ] = None,
         profiles: Annotated[int, typer.Option(help="Number of memory profiles.")] = 10,
-        facts: Annotated[int, typer.Option(help="Factual memory statements per profile.")] = 30,
+        facts: Annotated[
+            int, typer.Option(help="Factual memory statements per profile (the paper's profiles: about 147).")
+        ] = 147,
+        profile_tokens: Annotated[
+            int | None,
+            typer.Option(help="Token budget of the profile call (default: 25 per fact + 500)."),
+        ] = None,
+        judges: Annotated[
+            int,
+            typer.Option(
+                help="Labeler samples per context; only contexts all of them label alike are kept "
+                "(the paper kept unanimous labels of 3 annotators)."
+            ),
+        ] = 1,
         contexts_per_domain: Annotated[
             int | None,
             typer.Option(help="Contexts in each of the five domains (default: the paper's 13/10/5/6/5)."),
@@ -276,6 +342,7 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         seeds: Annotated[
             Path | None, typer.Option(help="Seed descriptions for profiles (occupation, description).")
         ] = None,
+        allow_seed_reuse: SeedReuseOpt = False,
         length_scale: LengthOpt = None,
         seed: SeedOpt = 0,
         concurrency: ConcurrencyOpt = 2,
@@ -299,14 +366,20 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             counts = dict(DOMAIN_COUNTS)
             if contexts_per_domain is not None:
                 counts = {d: contexts_per_domain for d in counts}
+            budgets = BenchpresSynthConfig(generator=generator).max_tokens
+            if profile_tokens is not None:
+                budgets = {**budgets, "profile": profile_tokens}
             config = BenchpresSynthConfig(
+                max_tokens=budgets,
                 generator=generator,
                 labeler=labeler,
                 n_profiles=profiles,
                 n_facts=facts,
+                n_judges=judges,
                 domain_counts=counts,
                 seed=seed,
                 seeds_file=str(seeds) if seeds else None,
+                allow_seed_reuse=allow_seed_reuse,
                 length_scale=length_scale,
             )
             factory = _factory(cache, no_cache, max_cost, prices)

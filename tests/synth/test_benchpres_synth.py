@@ -136,3 +136,54 @@ def test_a_failed_profile_is_reported_and_the_others_are_written(tmp_path: Path)
     assert result.summary["generated"] == 3
     rows = jsonl(tmp_path / "out" / "benchpres_unverified.jsonl")
     assert len(rows) == 3 * 3
+
+
+def test_only_contexts_every_judge_labels_alike_are_kept(tmp_path: Path) -> None:
+    from collections.abc import Sequence
+
+    from personalign.llm import GenerateConfig
+    from personalign.llm.backends.scripted import default_responder
+    from personalign.types import Message
+
+    def split_vote(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = default_responder(messages, config)
+        user = next(m.content for m in messages if m.role == "user")
+        if (
+            config.schema_name == "synth_benchpres_labels"
+            and config.sample_index >= 1000
+            and "education" in user.lower()
+        ):
+            data = json.loads(text)
+            data["labels"][0]["apply"] = not data["labels"][0]["apply"]
+            return json.dumps(data)
+        return text
+
+    out = tmp_path / "out"
+    contexts = {"finance/legal": 2, "education": 1}
+    one = synthesize_benchpres(
+        small(n_profiles=1, domain_counts=contexts),
+        tmp_path / "one",
+        factory_for(ScriptedBackend(split_vote)),
+    )
+    assert one.summary["contexts_dropped_judges_disagree"] == 0
+    three = synthesize_benchpres(
+        small(n_profiles=1, n_judges=3, domain_counts=contexts), out, factory_for(ScriptedBackend(split_vote))
+    )
+    report = json.loads((out / "validation.json").read_text())
+    dropped = report["profile_0"]["contexts_judges_disagree"]
+    assert three.summary["judges"] == 3
+    assert three.summary["contexts_dropped_judges_disagree"] == len(dropped) >= 1
+    kept = jsonl(out / "benchpres_unverified.jsonl")
+    assert len(kept) == 3 - len(dropped) == len(json.loads((out / "row_ids.json").read_text()))
+    assert dropped == [2] and [r["domain"] for r in kept] == ["finance/legal", "finance/legal"]
+    assert {r["row_id"] for r in read_csv(out / "labels.csv")} == set(
+        json.loads((out / "row_ids.json").read_text())
+    )
+
+
+def test_profile_size_and_budget_default_to_the_paper_scale() -> None:
+    from personalign.benchmarks.benchpres.synth import profile_budget
+
+    config = BenchpresSynthConfig(generator=SPEC)
+    assert config.n_facts == 147 and "profile" not in config.max_tokens
+    assert profile_budget(147) > 2500 and profile_budget(10) < profile_budget(147)

@@ -85,3 +85,71 @@ def test_synth_exits_non_zero_when_nothing_passes(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 4  # the documented code for "too many errors", not 1 (internal error)
     assert "0 passed validation" in result.output and "leak (lexical)" in result.output
+
+
+def test_synth_cupid_verifier_options(tmp_path: Path) -> None:
+    out = tmp_path / "v"
+    base = ["synth", "cupid", "--out", str(out), "-g", "scripted/gen", "--personas", "1", "--factors", "3",
+            "--sessions", "9", "--max-turns", "2", "--no-cache", "--no-progress"]  # fmt: skip
+    result = runner.invoke(app, base)
+    assert result.exit_code == 0, result.output
+    assert "verifier: 3 instances checked, 3 verified, 0 repaired, 0 dropped" in result.output
+    pid = next(iter(json.loads((out / "validation.json").read_text())))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"persona_id": pid, "instance_type": "changing", "valid": True}) + "\n")
+    again = runner.invoke(app, [*base, "--verify-against", str(labels)])
+    assert again.exit_code == 0, again.output
+    assert "agreement with" in again.output and "n 1, accuracy 1.0" in again.output
+    skipped = runner.invoke(app, [*base[:3], str(tmp_path / "n"), *base[4:], "--no-verify"])
+    assert skipped.exit_code == 0 and "verifier:" not in skipped.output
+    assert json.loads((tmp_path / "n" / "summary.json").read_text())["verification"] is None
+
+
+def test_a_hosted_generator_needs_an_explicit_weaker_assistant(tmp_path: Path) -> None:
+    from personalign.benchmarks.cupid.synth import default_assistant
+
+    assert default_assistant("scripted/g", None) == "scripted/g"
+    assert default_assistant("openai/gpt-4o", "generator") == "openai/gpt-4o"
+    assert default_assistant("openai/gpt-4o", "together/x") == "together/x"
+    result = runner.invoke(
+        app, ["synth", "cupid", "--out", str(tmp_path / "o"), "-g", "openai/gpt-4o", "--no-progress"]
+    )
+    assert result.exit_code == 2 and "--assistant" in result.output
+    assert not (tmp_path / "o").exists()  # refused before anything was written or asked
+
+
+def test_more_units_than_seeds_are_refused_unless_reuse_is_allowed(tmp_path: Path) -> None:
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text(
+        "".join(
+            json.dumps({"occupation": "nurse", "description": f"A nurse, number {k}."}) + "\n"
+            for k in range(2)
+        )
+    )
+    for pipeline, flag in (("cupid", "--personas"), ("hicupid", "--users"), ("benchpres", "--profiles")):
+        args = ["synth", pipeline, "--out", str(tmp_path / pipeline), "-g", "scripted/g", flag, "3",
+                "--seeds", str(seeds), "--no-cache", "--no-progress"]  # fmt: skip
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (pipeline, result.output)
+        assert "seeds.jsonl" in result.output and "--allow-seed-reuse" in result.output
+
+
+def test_personas_and_users_take_distinct_seeds_while_there_are_enough() -> None:
+    from personalign.benchmarks.cupid.synth import persona_templates
+    from personalign.benchmarks.hicupid.synth import (
+        HicupidSynthConfig,
+        profile_seed,
+        relations_for,
+        user_plans,
+    )
+    from personalign.synth.common import PersonaSeed
+
+    seeds = [PersonaSeed(occupation="nurse", description=f"A nurse, number {k}.") for k in range(3)]
+    templates = persona_templates(seeds, 3, seed=0)
+    assert len({t["seed"] for t in templates}) == 3  # one occupation, three distinct seeds
+    plans = user_plans(HicupidSynthConfig(generator="scripted/g", n_users=40))
+    assert len({p["seed"] for p in plans}) == 40  # the 40 bundled seeds, none twice
+    for plan in plans:
+        assert all(p["relation"] in relations_for(p["category"]) for p in plan["personas"])
+    assert "has been to" not in relations_for("Religion") and "owns" in relations_for("Car")
+    assert profile_seed(0, 1) != profile_seed(0, 2) and profile_seed(1, 0) != profile_seed(0, 1)

@@ -410,3 +410,91 @@ def test_resampling_a_failed_persona_asks_anew_instead_of_replaying_the_cache(tm
     # persona and factors were reused from the state file; only later stages were asked
     assert not any("synth_persona" in p or "synth_factors" in p for p in resampled.prompts)
     assert all('"sample_index":1' in p for p in resampled.prompts)
+
+
+def test_usage_is_summed_over_every_invocation_and_a_resume_never_zeroes_it(tmp_path: Path) -> None:
+    class Interrupt(Exception):
+        pass
+
+    def stop(state: UnitState) -> None:
+        raise Interrupt
+
+    out = tmp_path / "out"
+    with pytest.raises(Interrupt):
+        synthesize_cupid(config(n_personas=2), out, factory_for(Recorder()), concurrency=1, on_done=stop)
+    first = json.loads((out / "usage_log.json").read_text())
+    assert [e["status"] for e in first] == ["interrupted"] and first[0]["usage"]["calls"] > 0
+    second = synthesize_cupid(config(n_personas=2), out, factory_for(Recorder()), concurrency=1)
+    usage = second.summary["usage"]
+    calls_2 = usage["this_invocation"]["calls"]
+    assert usage["invocations"] == 2 and usage["calls"] == first[0]["usage"]["calls"] + calls_2 > calls_2
+    # a finished synthesis re-run makes no call, and the totals stay (no overwrite with zeros)
+    third = synthesize_cupid(config(n_personas=2), out, factory_for(Recorder()), concurrency=1)
+    again = json.loads((out / "summary.json").read_text())["usage"]
+    assert third.summary["usage"]["this_invocation"]["calls"] == 0
+    assert again["calls"] == usage["calls"] and again["invocations"] == 3
+    assert again["per_model"][SPEC]["calls"] == usage["calls"]
+
+
+def test_an_unpriced_model_under_a_budget_is_refused_unless_priced(tmp_path: Path) -> None:
+    from personalign.llm import PriceTable, UsageTracker
+
+    spec = "openai/some-unpriced-model"
+    cfg = config(generator=spec, n_personas=1)
+    budget = ModelFactory(cache=None, tracker=UsageTracker(max_cost_usd=1.0), backends={spec: Recorder()})
+    with pytest.raises(ConfigError, match=r"no price for .*--prices"):
+        synthesize_cupid(cfg, tmp_path / "a", budget)
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"openai/some-unpriced-model": {"input": 1.0, "output": 2.0}}))
+    priced = ModelFactory(
+        cache=None,
+        tracker=UsageTracker(max_cost_usd=1.0),
+        prices=PriceTable.load(prices),
+        backends={spec: Recorder(), str(parse_model_spec(SPEC)): Recorder()},
+    )
+    result = synthesize_cupid(cfg, tmp_path / "b", priced)
+    assert result.summary["usage"]["per_model"][spec]["unpriced_calls"] == 0
+
+
+def test_the_user_simulator_is_told_which_items_remain_and_unreferenced_items_are_recorded(
+    tmp_path: Path,
+) -> None:
+    def silent(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = default_responder(messages, config)
+        if config.schema_name == "synth_user_turn":
+            data = json.loads(text)
+            data["hinted_items"] = []
+            return json.dumps(data)
+        return text
+
+    backend = Recorder()
+    synthesize_cupid(config(n_personas=1, max_turns=3), tmp_path / "a", factory_for(backend))
+    state = next(iter(states(tmp_path / "a").values()))
+    first_turns = [p for p in backend.prompts if "synth_user_turn" in p and "Items you have not" in p]
+    assert first_turns and any(
+        "referred to yet: 1, 2" in p or "referred to yet: 1\\n" in p for p in first_turns
+    )
+    dialogues = [v for k, v in state["stages"].items() if k.startswith("dialogue/") and v["scores"]]
+    assert dialogues and all(d["unreferenced_items"] == [] for d in dialogues)
+    # a simulator that refers to nothing leaves every item on record as unreferenced
+    synthesize_cupid(config(n_personas=1, max_turns=3), tmp_path / "b", factory_for(Recorder(silent)))
+    state = next(iter(states(tmp_path / "b").values()))
+    d = state["stages"]["dialogue/0"]
+    assert d["unreferenced_items"] == list(range(1, len(d["checklist"]) + 1))
+
+
+def test_a_changed_preference_must_say_what_it_overturns(tmp_path: Path) -> None:
+    def no_conflict(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = default_responder(messages, config)
+        if config.schema_name == "synth_changed_preference":
+            data = json.loads(text)
+            data.pop("conflict")
+            return json.dumps(data)
+        return text
+
+    result = synthesize_cupid(config(n_personas=1), tmp_path / "out", factory_for(Recorder(no_conflict)))
+    assert result.summary["failed"][0]["stage"] == "changed"
+    assert "conflict" in result.summary["failed"][0]["error"]
+    ok = synthesize_cupid(config(n_personas=1), tmp_path / "ok", factory_for(Recorder()))
+    assert next(iter(states(tmp_path / "ok").values()))["stages"]["changed"]["changed_conflict"]
+    assert ok.summary["passed_validation"] == 1

@@ -103,7 +103,7 @@ def test_a_question_that_names_its_persona_is_rejected_and_failures_resume(tmp_p
     def responder(messages: Sequence[Message], config: GenerateConfig) -> str:
         calls["n"] += 1
         user = next(m.content for m in messages if m.role == "user")
-        if config.schema_name == "synth_hicupid_qa" and "(topic: Sports)" in user:
+        if config.schema_name == "synth_hicupid_qa" and "(topic: " in user:
             entity = user.split("The user ", 1)[1].split(" (topic")[0]
             return json.dumps(
                 {

@@ -305,6 +305,20 @@ def load_seeds(path: str | None) -> list[PersonaSeed]:
     return seeds
 
 
+def check_seed_reuse(
+    n_units: int, seeds: Sequence[PersonaSeed], path: str | None, allow: bool, what: str
+) -> None:
+    """Refuse more units than seed descriptions unless reuse is allowed: units that share a seed
+    get near-identical data (identical at temperature 0), which inflates a benchmark."""
+    if n_units > len(seeds) and not allow:
+        source = path or "the bundled seeds"
+        raise ConfigError(
+            f"{n_units} {what} need more than the {len(seeds)} seed descriptions of {source}, so some "
+            "seeds would serve several units (near-identical data); pass a larger --seeds file or "
+            "--allow-seed-reuse"
+        )
+
+
 STOPWORDS = frozenset(
     """the and for that with this from your you are all any must should when each every into
     about their them they have has had not but can will would than then also only more most
@@ -327,3 +341,62 @@ def lexical_leak(request: str, preference: str) -> float:
     if not pref:
         return 0.0
     return round(len(pref & content_words(request)) / len(pref), 4)
+
+
+# --- usage over every invocation --------------------------------------------------------------
+
+USAGE_LOG = "usage_log.json"
+_SUMMED = ("calls", "cache_hits", "errors", "tokens", "reasoning_tokens", "cost_usd")
+
+
+def sum_usage(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The field-by-field sum of usage records (`UsageTracker.to_record` shape), per model too."""
+    total: dict[str, Any] = {k: 0 for k in _SUMMED}
+    per_model: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for key in _SUMMED:
+            total[key] += record.get(key, 0) or 0
+        for model, tally in (record.get("per_model") or {}).items():
+            into = per_model.setdefault(model, {})
+            for key, value in tally.items():
+                if isinstance(value, int | float):
+                    into[key] = into.get(key, 0) + value
+    total["cost_usd"] = round(float(total["cost_usd"]), 6)
+    total["per_model"] = {k: per_model[k] for k in sorted(per_model)}
+    return total
+
+
+def record_invocation(out: Path, usage: Mapping[str, Any], status: str) -> dict[str, Any]:
+    """Append this invocation's usage to ``<out>/usage_log.json`` and return the usage of the
+    whole synthesis: every invocation summed (a resume adds to it, never overwrites it), with
+    this invocation's own record under ``this_invocation``."""
+    path = out / USAGE_LOG
+    log: list[dict[str, Any]] = []
+    if path.exists():
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc.msg})") from None
+        if not isinstance(loaded, list):
+            raise ConfigError(f"{path}: expected a list of invocation records")
+        log = loaded
+    log.append({"finished": now(), "status": status, "usage": dict(usage)})
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(path, log)
+    return {
+        **sum_usage([entry["usage"] for entry in log]),
+        "max_cost_usd": usage.get("max_cost_usd"),
+        "invocations": len(log),
+        "this_invocation": dict(usage),
+    }
+
+
+def run_recorded(out: Path, tracker: Any, work: Callable[[], T]) -> tuple[T, dict[str, Any]]:
+    """Run `work` and record its usage in the log, also when it is interrupted (then re-raise);
+    returns the result and the usage summed over every invocation."""
+    try:
+        result = work()
+    except BaseException:
+        record_invocation(out, tracker.to_record(), "interrupted")
+        raise
+    return result, record_invocation(out, tracker.to_record(), "complete")

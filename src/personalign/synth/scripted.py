@@ -91,6 +91,7 @@ def _changed(user: str, config: GenerateConfig) -> dict[str, Any]:
     return {
         "preference_type": _pick(PREFERENCE_TYPES, user),
         "preference": f"Now, help with {factor} should {style}.",
+        "conflict": "It overturns what the user asked for before.",
     }
 
 
@@ -112,17 +113,32 @@ def _session(user: str, config: GenerateConfig) -> dict[str, Any]:
     }
 
 
+def _checklist(user: str) -> list[str]:
+    block = user.split("Checklist:", 1)[-1].split("\n\n", 1)[0]
+    return re.findall(r"^\d+\. (.*)$", block, re.MULTILINE)
+
+
 def _user_turn(user: str, config: GenerateConfig) -> dict[str, Any]:
+    """Scores 5, 6, then 10; each message quotes the items it refers to (so the scripted verifier
+    can find them), and the closing one quotes every item not referred to before."""
     assert config.json_schema is not None
     n = int(config.json_schema["properties"]["met"]["minItems"])
+    items = _checklist(user) or [f"item {k}" for k in range(1, n + 1)]
     replies = user.count("[AI assistant]")
     done = replies >= 2
-    return {
-        "met": [done or i == 1 for i in range(1, n + 1)],
-        "score": 10 if done else 5 + replies,
-        "hinted_items": [] if done else [min(2, n)],
-        "message": "Thanks, this works for me." if done else "This is not quite what I can use here.",
-    }
+    closing = done or "This is your last message" in user
+    unreferenced = [int(k) for k in re.findall(r"\d+", _field(user, "Items you have not referred to yet"))]
+    met = [done or i == 1 for i in range(1, n + 1)]
+    if closing:
+        hinted = sorted(k for k in unreferenced if 1 <= k <= n)
+    else:
+        hinted = [next((i for i in range(1, n + 1) if not met[i - 1]), 1)]
+    quoted = "; ".join(f"'{items[k - 1]}'" for k in hinted if k <= len(items))
+    if done:
+        message = "Thanks, this works for me" + (f", including {quoted}." if quoted else ".")
+    else:
+        message = "This is not quite what I can use here" + (f": think about {quoted}." if quoted else ".")
+    return {"met": met, "score": 10 if done else 5 + replies, "hinted_items": hinted, "message": message}
 
 
 def _leak(user: str, config: GenerateConfig) -> dict[str, Any]:
@@ -130,6 +146,30 @@ def _leak(user: str, config: GenerateConfig) -> dict[str, Any]:
     request = user.split("Request:", 1)[-1]
     leaked = bool(preference) and preference.lower().rstrip(".") in request.lower()
     return {"states_preference": leaked, "evidence": preference[:80] if leaked else ""}
+
+
+def _verify_items(user: str, config: GenerateConfig) -> dict[str, Any]:
+    """An item counts as expressed when the user's messages quote it (as the scripted user does)."""
+    said = user.split("What the user said in these conversations:", 1)[-1].lower()
+    items = _checklist(user)
+    expressed = [item.lower() in said for item in items]
+    return {
+        "expressed": expressed,
+        "evidence": "; ".join(i for i, e in zip(items, expressed, strict=True) if e),
+    }
+
+
+def _verify_request(user: str, config: GenerateConfig) -> dict[str, Any]:
+    preference = _field(user, "Preference")
+    request = user.split("Request:", 1)[-1]
+    inferable = bool(preference) and preference.lower().rstrip(".") in request.lower()
+    return {"inferable": inferable, "evidence": preference[:80] if inferable else ""}
+
+
+def _verify_change(user: str, config: GenerateConfig) -> dict[str, Any]:
+    old, new = _field(user, "Old preference"), _field(user, "New preference")
+    differs = old.lower().strip(" .") != new.lower().strip(" .")
+    return {"contradicts": differs, "reason": "different requirements" if differs else "the same preference"}
 
 
 def _lines(user: str) -> list[str]:
@@ -251,6 +291,9 @@ RESPONDERS: dict[str, Callable[[str, GenerateConfig], dict[str, Any]]] = {
     "synth_session": _session,
     "synth_user_turn": _user_turn,
     "synth_leak_check": _leak,
+    "synth_verify_items": _verify_items,
+    "synth_verify_request": _verify_request,
+    "synth_verify_change": _verify_change,
     "synth_hicupid_profile": _h_profile,
     "synth_hicupid_personas": _h_personas,
     "synth_hicupid_schedules": _h_schedules,

@@ -45,10 +45,12 @@ from personalign.synth.common import (
     StrippedOutput,
     UnitState,
     begin,
+    check_seed_reuse,
     json_config,
     load_seeds,
     open_output,
     parse_model,
+    run_recorded,
     run_units,
     scale_lengths,
     text_schema,
@@ -110,25 +112,30 @@ class BenchpresRow(BaseModel):
 
 @dataclass(frozen=True)
 class BenchpresSynthConfig:
-    """Defaults follow the paper: 10 profiles, 39 contexts in five domains, 5 preferences."""
+    """Defaults follow the paper: 10 profiles of about 147 facts, 39 contexts in five domains, 5
+    preferences. ``n_judges`` labelers (samples of the labeler) must agree for a context's labels
+    to be kept, as the paper kept only unanimous annotations."""
 
     generator: str
     labeler: str | None = None
     n_profiles: int = 10
-    n_facts: int = 30
+    n_facts: int = 147
+    n_judges: int = 1
     domain_counts: dict[str, int] = field(default_factory=lambda: dict(DOMAIN_COUNTS))
     seed: int = 0
     seeds_file: str | None = None
+    allow_seed_reuse: bool = False
     length_scale: float | None = None
     temperature: float = 0.7
     max_tokens: dict[str, int] = field(
-        default_factory=lambda: {"contexts": 1500, "profile": 2500, "preferences": 300, "labels": 600}
+        # "profile": unset scales with the facts (`profile_budget`); set it to cap the call
+        default_factory=lambda: {"contexts": 1500, "preferences": 300, "labels": 600}
     )
     reasks: int = 1
 
     def __post_init__(self) -> None:
-        if self.n_profiles < 1 or self.n_facts < 1:
-            raise ConfigError("n_profiles and n_facts must be at least 1")
+        if self.n_profiles < 1 or self.n_facts < 1 or self.n_judges < 1:
+            raise ConfigError("n_profiles, n_facts and n_judges must be at least 1")
         if not self.domain_counts or any(n < 1 for n in self.domain_counts.values()):
             raise ConfigError("every domain needs at least one context")
 
@@ -139,6 +146,7 @@ class BenchpresSynthConfig:
     def identity(self) -> dict[str, Any]:
         record = asdict(self)
         record.pop("n_profiles")
+        record.pop("allow_seed_reuse")  # a permission, not a property of the data
         record["generator"] = parse_model_spec(self.generator).label
         record["labeler"] = parse_model_spec(self.labeler_spec).label
         record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
@@ -351,6 +359,21 @@ def csv_rows(state: UnitState, contexts: Sequence[dict[str, str]]) -> list[dict[
     return out
 
 
+def profile_budget(n_facts: int) -> int:
+    """The profile call's token budget when none is set: about 25 tokens a fact plus the frame."""
+    return 25 * n_facts + 500
+
+
+def label_stage(k: int, judge: int) -> str:
+    return f"labels/{k}" if judge == 0 else f"labels/{k}/judge{judge}"
+
+
+def agreed_labels(state: UnitState, k: int, n_judges: int) -> list[bool] | None:
+    """Context k's labels when every judge gave the same label to every attribute, else None."""
+    votes = [[bool(x["apply"]) for x in state.stages[label_stage(k, j)]] for j in range(n_judges)]
+    return votes[0] if all(v == votes[0] for v in votes) else None
+
+
 def check_profile(state: UnitState, n_contexts: int) -> list[str]:
     problems = []
     prefs = state.stages["preferences"]
@@ -390,7 +413,7 @@ class BenchpresSynthesizer:
             name,
             scale_lengths(schema, self.config.length_scale),
             temperature=self.config.temperature if temperature is None else temperature,
-            max_tokens=self.config.max_tokens[budget],
+            max_tokens=self.config.max_tokens.get(budget) or profile_budget(self.config.n_facts),
         ).model_copy(update={"seed": self.config.seed})
 
     async def _call(
@@ -461,18 +484,28 @@ class BenchpresSynthesizer:
                 stage.finish("preferences", {"values": values, "statements": statements})
             prefs = stage.output("preferences")
             numbered = "\n".join(f"{i}. {prefs['statements'][c]}" for i, c in enumerate(CATEGORIES, 1))
+            # One judge labels greedily; several are samples (new sample_index, the run's
+            # temperature) whose labels must all agree (`agreed_labels`).
+            judges = self.config.n_judges
+            label_cfg = self._cfg(
+                "labels",
+                labels_schema(len(CATEGORIES)),
+                "synth_benchpres_labels",
+                0.0 if judges == 1 else None,
+            )
             jobs = [
                 self._call(
                     stage,
-                    f"labels/{k}",
+                    label_stage(k, j),
                     "labels",
                     {"recipient": c["recipient"], "task": c["task"], "preferences": numbered},
-                    self._cfg("labels", labels_schema(len(CATEGORIES)), "synth_benchpres_labels", 0.0),
+                    label_cfg.model_copy(update={"sample_index": label_cfg.sample_index + 1000 * j}),
                     parse_labels(len(CATEGORIES)),
                     self.labeler,
                     "labeler",
                 )
                 for k, c in enumerate(contexts)
+                for j in range(judges)
             ]
             results = await asyncio.gather(*jobs, return_exceptions=True)
             for result in results:
@@ -503,6 +536,7 @@ def synthesize_benchpres(
     on_done: Callable[[UnitState], None] | None = None,
 ) -> BenchpresResult:
     seeds = load_seeds(config.seeds_file)
+    check_seed_reuse(config.n_profiles, seeds, config.seeds_file, config.allow_seed_reuse, "profiles")
     rng = random.Random(f"benchpres:{config.seed}")
     order = rng.sample(range(len(seeds)), len(seeds))
     identity = config.identity()
@@ -536,8 +570,8 @@ def synthesize_benchpres(
         finally:
             await factory.aclose()
 
-    states = asyncio.run(main())
-    return BenchpresResult(out, write_outputs(out, config, states, factory.tracker.to_record()), states)
+    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    return BenchpresResult(out, write_outputs(out, config, states, usage), states)
 
 
 def write_outputs(
@@ -550,6 +584,7 @@ def write_outputs(
     rows: list[dict[str, Any]] = []
     sheet: list[dict[str, Any]] = []
     ids: list[str] = []
+    disagreed = 0
     contexts = (
         flatten_contexts({d: shared.stages[f"contexts/{d}"] for d in config.domain_counts})
         if shared is not None and shared.status == "ok"
@@ -566,9 +601,15 @@ def write_outputs(
         if problems:
             rejected.append({"id": state.unit_id, "problems": problems})
             continue
-        rows += profile_rows(state, contexts, proposed=True)
-        ids += [f"{state.unit_id}/{k}" for k in range(len(contexts))]
-        sheet += csv_rows(state, contexts)
+        # only contexts whose labels every judge agreed on (the paper kept unanimous ones)
+        keep = [k for k in range(len(contexts)) if agreed_labels(state, k, config.n_judges) is not None]
+        disagreed += len(contexts) - len(keep)
+        report[state.unit_id]["contexts_judges_disagree"] = [k for k in range(len(contexts)) if k not in keep]
+        profile = profile_rows(state, contexts, proposed=True)
+        rows += [profile[k] for k in keep]
+        ids += [f"{state.unit_id}/{k}" for k in keep]
+        kept_ids = {f"{state.unit_id}/{k}" for k in keep}
+        sheet += [r for r in csv_rows(state, contexts) if r["row_id"] in kept_ids]
     write_jsonl(out / "benchpres_unverified.jsonl", rows)
     write_json(out / "row_ids.json", ids)
     write_jsonl(out / "contexts.jsonl", contexts)
@@ -589,6 +630,8 @@ def write_outputs(
             "labels.csv": f"{len(sheet)} attribute rows to review (fill final_label: apply|suppress)",
             "contexts.jsonl": f"{len(contexts)} formal contexts",
         },
+        "judges": config.n_judges,
+        "contexts_dropped_judges_disagree": disagreed,
         "proposed_labels": {"apply": proposed.get("apply", 0), "suppress": proposed.get("suppress", 0)},
         "usage": usage,
     }

@@ -25,6 +25,19 @@ from personalign.benchmarks.cupid.build import PersonaJourney, PlannedSession, b
 from personalign.benchmarks.cupid.judges import CHECKLIST_ONLY_SCHEMA, format_checklist, parse_checklist
 from personalign.benchmarks.cupid.schema import CupidInstance
 from personalign.benchmarks.cupid.synth_checks import check_persona, lexical_leak, write_outputs
+from personalign.benchmarks.cupid.synth_verify import (
+    CHANGE_SCHEMA,
+    NEEDS,
+    REQUEST_SCHEMA,
+    VERIFY_TEMPLATES,
+    ChangeVerdict,
+    RequestVerdict,
+    instance_reasons,
+    items_schema,
+    parse_items,
+    repairable,
+    user_side,
+)
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import ModelFactory
 from personalign.llm.model import Model
@@ -44,10 +57,12 @@ from personalign.synth.common import (
     UnitState,
     balanced_pick,
     begin,
+    check_seed_reuse,
     json_config,
     load_seeds,
     open_output,
     parse_model,
+    run_recorded,
     run_units,
     scale_lengths,
     slug,
@@ -66,7 +81,7 @@ from personalign.synth.taxonomy import (
 from personalign.types import Message
 
 PlanRole = Literal["A", "A_changed", "B", "other"]
-ROLES = ("generator", "user_simulator", "assistant", "decomposer", "leak_judge")
+ROLES = ("generator", "user_simulator", "assistant", "decomposer", "leak_judge", "verifier")
 TEMPLATES = {
     "persona": "synth/cupid_persona",
     "factors": "synth/cupid_factors",
@@ -79,8 +94,11 @@ TEMPLATES = {
     # The checklist-only decomposer the synthesis pipeline was tuned on; the evaluation decomposer
     # (cupid/decompose) has an analysis step the 135M model overruns at synthesis budgets.
     "decompose": "synth/cupid_decompose",
+    **{f"verify_{k}": v for k, v in VERIFY_TEMPLATES.items()},
 }
 MIN_SESSIONS = 9
+# Repaired dialogues are asked as a new sample (`sample_index` = this + the unit's attempt).
+REPAIR_SAMPLE = 100
 
 
 # --- configuration --------------------------------------------------------------------------
@@ -99,12 +117,14 @@ class CupidSynthConfig:
     assistant: str
     decomposer: str
     leak_judge: str | None = None
+    verifier: str | None = None
     n_personas: int = 4
     n_factors: int = 8
     n_sessions: int = 13
     max_turns: int = 16
     seed: int = 0
     seeds_file: str | None = None
+    allow_seed_reuse: bool = False
     leak_threshold: float = 0.6
     length_scale: float | None = None
     temperature: dict[str, float] = field(
@@ -117,6 +137,7 @@ class CupidSynthConfig:
             "assistant": 0.7,
             "decomposer": 0.0,
             "leak_judge": 0.0,
+            "verifier": 0.0,
         }
     )
     max_tokens: dict[str, int] = field(
@@ -129,6 +150,7 @@ class CupidSynthConfig:
             "assistant": 600,
             "decomposer": 400,
             "leak_judge": 300,
+            "verifier": 300,
         }
     )
     reasks: int = 1
@@ -161,6 +183,7 @@ class CupidSynthConfig:
     def identity(self) -> dict[str, Any]:
         record = asdict(self)
         record.pop("n_personas")
+        record.pop("allow_seed_reuse")  # a permission, not a property of the data
         record["models"] = {
             r: parse_model_spec(s).label for r in ROLES if (s := self.model_for(r)) is not None
         }
@@ -189,7 +212,12 @@ def persona_templates(seeds: Sequence[PersonaSeed], n: int, seed: int) -> list[d
     for k in range(n):
         occupation = balanced_pick(occupations, counts, rng)[0]
         counts[occupation] += 1
-        seed_row = rng.choice(by_occupation[occupation])
+        # the least used seed of that occupation, so no seed serves twice while others are unused
+        rows = by_occupation[occupation]
+        keys = [f"seed:{occupation}:{i}" for i in range(len(rows))]
+        key = balanced_pick(keys, counts, rng)[0]
+        counts[key] += 1
+        seed_row = rows[keys.index(key)]
         career = balanced_pick(CAREER_LEVELS, counts, rng)[0]
         trait_names = balanced_pick(BIG_FIVE, counts, rng, k=2)
         traits = []
@@ -212,6 +240,23 @@ def persona_templates(seeds: Sequence[PersonaSeed], n: int, seed: int) -> list[d
             }
         )
     return templates
+
+
+def default_assistant(generator: str, assistant: str | None) -> str:
+    """The assistant simulator's spec: the given one (``generator`` means the generator's), the
+    generator for scripted and local models, else none: the paper's assistant simulator was a
+    deliberately weaker model than the generator, so that dialogues need feedback turns."""
+    if assistant == "generator":
+        return generator
+    if assistant:
+        return assistant
+    if parse_model_spec(generator).provider in ("scripted", "local"):
+        return generator
+    raise ConfigError(
+        "set --assistant: the paper simulated the assistant with a weaker model than the generator "
+        "(an 8B open model against a frontier generator) so that its replies miss preferences and the "
+        "user gives feedback; pass such a model, or `--assistant generator` to use the generator"
+    )
 
 
 def persona_id(template: dict[str, Any]) -> str:
@@ -354,15 +399,23 @@ def parse_factors(n_regular: int) -> Callable[[str], list[dict[str, Any]]]:
 class ChangedOut(ModelOutput):
     preference_type: PreferenceType
     preference: str = Field(min_length=10, max_length=400)
+    conflict: str = Field("", max_length=600)
 
 
-CHANGED_SCHEMA: dict[str, Any] = {
+CONTRAST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
         "preference": text_schema(250, 10),
     },
     "required": ["preference_type", "preference"],
+}
+# The changed preference A' also names what of A it overturns (the paper requires A' to be
+# incompatible with A; the verifier's judge checks that it is).
+CHANGED_SCHEMA: dict[str, Any] = {
+    **CONTRAST_SCHEMA,
+    "properties": {**CONTRAST_SCHEMA["properties"], "conflict": text_schema(250, 5)},
+    "required": ["preference_type", "preference", "conflict"],
 }
 
 
@@ -373,7 +426,11 @@ def too_similar(a: str, b: str) -> bool:
     )
 
 
-def parse_changed(original: str, what: str = "changed preference") -> Callable[[str], dict[str, Any]]:
+def parse_changed(
+    original: str, what: str = "changed preference", *, conflict: bool = False
+) -> Callable[[str], dict[str, Any]]:
+    """Parse a changed (or contrastive) preference; with `conflict`, the answer must also say
+    what of the original it overturns."""
     base = parse_model(ChangedOut, what)
 
     def parse(text: str) -> dict[str, Any]:
@@ -381,7 +438,12 @@ def parse_changed(original: str, what: str = "changed preference") -> Callable[[
         preference = " ".join(out.preference.split())
         if too_similar(preference, original):
             raise ParseError(f"{what}: (nearly) identical to the preference it must differ from")
-        return {"preference_type": out.preference_type, "preference": preference}
+        record = {"preference_type": out.preference_type, "preference": preference}
+        if conflict:
+            if not out.conflict.strip():
+                raise ParseError(f"{what}: 'conflict' must say what of the old preference it overturns")
+            record["conflict"] = " ".join(out.conflict.split())
+        return record
 
     return parse
 
@@ -438,7 +500,7 @@ def user_turn_schema(n_items: int) -> dict[str, Any]:
             "hinted_items": {
                 "type": "array",
                 "items": {"type": "integer", "enum": list(range(1, n_items + 1))},
-                "maxItems": 2,
+                "maxItems": n_items,
             },
             "message": text_schema(500),
         },
@@ -539,6 +601,7 @@ class CupidModels:
     assistant: Model
     decomposer: Model
     leak_judge: Model | None = None
+    verifier: Model | None = None
 
 
 class CupidSynthesizer:
@@ -591,6 +654,9 @@ class CupidSynthesizer:
             built = self._instances(stage, pid, sessions, checklists, interactions)
             current = "leak_check"
             await self._leak_check(stage, built)
+            if self.models.verifier is not None:
+                current = "verify"
+                await self._verify(stage, persona, sessions, checklists, interactions, plan_info, built)
         except StepFailed as exc:
             stage.fail(current, str(exc))
             return state
@@ -658,7 +724,7 @@ class CupidSynthesizer:
                     "second_factor": second["factor"],
                     "preference_types": ", ".join(PREFERENCE_TYPES),
                 },
-                config=self._cfg("changed", CHANGED_SCHEMA, "synth_contrast_preference"),
+                config=self._cfg("changed", CONTRAST_SCHEMA, "synth_contrast_preference"),
                 parse=parse_changed(first["preference"], "contrastive preference"),
                 reasks=self.config.reasks,
             )
@@ -688,7 +754,7 @@ class CupidSynthesizer:
                 "preference_types": ", ".join(PREFERENCE_TYPES),
             },
             config=self._cfg("changed", CHANGED_SCHEMA, "synth_changed_preference"),
-            parse=parse_changed(current["preference"]),
+            parse=parse_changed(current["preference"], conflict=True),
             reasks=self.config.reasks,
         )
         info = {
@@ -696,6 +762,7 @@ class CupidSynthesizer:
             "contrastive_factor": contrast["factor"],
             "changed_preference": changed["preference"],
             "changed_preference_type": changed["preference_type"],
+            "changed_conflict": changed["conflict"],
             "plan": [list(p) for p in plan],
         }
         return stage.finish("changed", info)  # type: ignore[no-any-return]
@@ -770,10 +837,15 @@ class CupidSynthesizer:
         return stage.finish("checklists", dict(zip(unique, results, strict=True)))  # type: ignore[no-any-return]
 
     async def _dialogue(
-        self, stage: Stage, persona: dict[str, Any], session: dict[str, Any], checklist: list[str]
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        session: dict[str, Any],
+        checklist: list[str],
+        prefix: str = "",
     ) -> dict[str, Any]:
         i = session["id"]
-        name = f"dialogue/{i}"
+        name = f"{prefix}dialogue/{i}"
         if stage.done(name):
             return stage.output(name)  # type: ignore[no-any-return]
         chat = [{"role": "user", "content": opening_message(session)}]
@@ -782,6 +854,7 @@ class CupidSynthesizer:
         turns = 0 if last else self.config.max_turns
         assistant = load_template(TEMPLATES["assistant"])
         user_turn = load_template(TEMPLATES["user_turn"])
+        referred: set[int] = set()
         for t in range(turns):
             system = assistant.render(request=chat[0]["content"])
             messages = [*system, *(Message(role=m["role"], content=m["content"]) for m in chat[1:])]  # type: ignore[arg-type]
@@ -805,6 +878,11 @@ class CupidSynthesizer:
                     "factor": session["context_factor"],
                     "preference": session["preference"],
                     "checklist": format_checklist(checklist),
+                    "unreferenced": ", ".join(
+                        str(k) for k in range(1, len(checklist) + 1) if k not in referred
+                    )
+                    or "(none)",
+                    "round_note": "This is your last message in this conversation." if t == turns - 1 else "",
                     "conversation": format_conversation(chat),
                 },
                 config=self._cfg("user_simulator", user_turn_schema(len(checklist)), "synth_user_turn"),
@@ -813,6 +891,7 @@ class CupidSynthesizer:
             )
             chat.append({"role": "user", "content": verdict["message"]})
             scores.append(verdict["score"])
+            referred.update(verdict["hinted_items"])
             if verdict["score"] == 10:
                 break
         interaction = {
@@ -822,6 +901,11 @@ class CupidSynthesizer:
             "chat": chat,
             "scores": scores,
             "is_satisfied": bool(scores) and scores[-1] == 10,
+            # Items the user simulator never said it referred to (the paper's rule: every item
+            # at least once by the last message); the verifier checks the text itself.
+            "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
+            if scores
+            else [],
         }
         return stage.finish(name, interaction)  # type: ignore[no-any-return]
 
@@ -887,6 +971,186 @@ class CupidSynthesizer:
             report["judge"] = verdicts
         return stage.finish("leak_check", report)  # type: ignore[no-any-return]
 
+    async def _verify_round(
+        self,
+        stage: Stage,
+        prefix: str,
+        labels: Sequence[str],
+        preferences: dict[str, str],
+        checklists: dict[str, list[str]],
+        chats: dict[str, list[list[dict[str, str]]]],
+    ) -> dict[str, Any]:
+        """One verifier call per preference: which of its checklist items the user's messages express."""
+        items: dict[str, Any] = {}
+        for label in labels:
+            checklist = checklists[preferences[label]]
+            try:
+                items[label] = await stage.steps.call(
+                    f"{prefix}items/{label}",
+                    role="verifier",
+                    model=self.models.verifier,  # type: ignore[arg-type]
+                    template=load_template(TEMPLATES["verify_items"]),
+                    values={
+                        "preference": preferences[label],
+                        "checklist": format_checklist(checklist),
+                        "dialogues": user_side(chats[label]),
+                    },
+                    config=self._cfg("verifier", items_schema(len(checklist)), "synth_verify_items"),
+                    parse=parse_items(len(checklist)),
+                    reasks=self.config.reasks,
+                )
+            except StepFailed as exc:
+                items[label] = {"error": str(exc)}  # never read as "expressed"
+        return items
+
+    async def _verify_one(
+        self,
+        stage: Stage,
+        name: str,
+        key: str,
+        schema: dict[str, Any],
+        out: type[Any],
+        values: dict[str, str],
+    ) -> dict[str, Any]:
+        try:
+            return await stage.steps.call(  # type: ignore[no-any-return]
+                name,
+                role="verifier",
+                model=self.models.verifier,  # type: ignore[arg-type]
+                template=load_template(TEMPLATES[key]),
+                values=values,
+                config=self._cfg("verifier", schema, f"synth_{key}"),
+                parse=lambda text: parse_model(out, name)(text).model_dump(),
+                reasks=self.config.reasks,
+            )
+        except StepFailed as exc:
+            return {"error": str(exc)}
+
+    async def _verify(
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        sessions: list[dict[str, Any]],
+        checklists: dict[str, list[str]],
+        interactions: list[dict[str, Any]],
+        info: dict[str, Any],
+        built: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The annotators' check, by a judge: every instance is verified, repaired (its failing
+        preferences' dialogues re-simulated once, as a new sample) or dropped with the reasons."""
+        if stage.done("verify"):
+            return stage.output("verify")  # type: ignore[no-any-return]
+        by_role = {"A": "current", "A_changed": "changed", "B": "contrastive"}
+        prior = sessions[:-1]
+        preferences = {by_role[s["plan"]]: s["preference"] for s in prior if s["plan"] in by_role}
+        sessions_of = {label: [s for s in prior if by_role.get(s["plan"]) == label] for label in preferences}
+        missing = [label for label in ("current", "changed", "contrastive") if label not in preferences]
+        if missing:
+            raise ValueError(f"the session plan has no prior session for the {', '.join(missing)} preference")
+        chats = {
+            label: [interactions[s["id"]]["chat"] for s in group] for label, group in sessions_of.items()
+        }
+        labeled = {label: checklists[p] for label, p in preferences.items()}
+        request = str(built["instances"][0]["current_request"])
+        verdicts: dict[str, Any] = {
+            "items": await self._verify_round(
+                stage, "verify/", list(preferences), preferences, checklists, chats
+            ),
+            "request": {
+                label: await self._verify_one(
+                    stage,
+                    f"verify/request/{label}",
+                    "verify_request",
+                    REQUEST_SCHEMA,
+                    RequestVerdict,
+                    {"preference": preferences[label], "request": request},
+                )
+                for label in ("current", "changed")
+            },
+            "change": await self._verify_one(
+                stage,
+                "verify/change",
+                "verify_change",
+                CHANGE_SCHEMA,
+                ChangeVerdict,
+                {
+                    "factor": info["current_factor"],
+                    "old": preferences["current"],
+                    "new": preferences["changed"],
+                },
+            ),
+        }
+        first = {itype: instance_reasons(itype, verdicts, labeled) for itype in NEEDS}
+        to_repair = sorted(
+            {
+                label
+                for itype, reasons in first.items()
+                if repairable(reasons)
+                for label in NEEDS[itype][0]
+                if any(r.startswith(f"items ({label})") for r in reasons)
+            }
+        )
+        rounds = [verdicts]
+        final = dict(first)
+        repaired_sessions: list[int] = []
+        if to_repair:
+            token = ATTEMPT.set(REPAIR_SAMPLE + stage.state.attempt)
+            try:
+                group = [s for label in to_repair for s in sessions_of[label]]
+                redone = await asyncio.gather(
+                    *(
+                        self._dialogue(stage, persona, s, checklists[s["preference"]], prefix="repair/")
+                        for s in group
+                    )
+                )
+            finally:
+                ATTEMPT.reset(token)
+            interactions = [*interactions]
+            for s, interaction in zip(group, redone, strict=True):
+                interactions[s["id"]] = interaction
+                repaired_sessions.append(s["id"])
+            chats = {
+                label: [interactions[s["id"]]["chat"] for s in group] for label, group in sessions_of.items()
+            }
+            again = {
+                **verdicts,
+                "items": {
+                    **verdicts["items"],
+                    **await self._verify_round(
+                        stage, "repair/verify/", to_repair, preferences, checklists, chats
+                    ),
+                },
+            }
+            rounds.append(again)
+            final = {
+                itype: instance_reasons(itype, again, labeled) if repairable(reasons) else reasons
+                for itype, reasons in first.items()
+            }
+            journey = journey_from(stage.state.unit_id, sessions, checklists, interactions)
+            rebuilt = build_instances(journey, seed=self.config.seed, n_prior=self.config.n_prior)
+            instances = [i.model_dump(mode="json") for i in rebuilt]
+        else:
+            instances = list(built["instances"])
+        decisions = {
+            itype: {
+                "decision": "verified" if not first[itype] else "repaired" if not final[itype] else "dropped",
+                "first_reasons": first[itype],
+                "reasons": final[itype],
+            }
+            for itype in NEEDS
+        }
+        result = {
+            "preferences": preferences,
+            "rounds": rounds,
+            "repaired_sessions": sorted(repaired_sessions),
+            "decisions": decisions,
+            "instances": [i for i in instances if decisions[i["instance_type"]]["decision"] != "dropped"],
+            "dropped_instances": [
+                i for i in instances if decisions[i["instance_type"]]["decision"] == "dropped"
+            ],
+        }
+        return stage.finish("verify", result)  # type: ignore[no-any-return]
+
 
 def journey_from(
     pid: str,
@@ -925,6 +1189,7 @@ def build_models(config: CupidSynthConfig, factory: ModelFactory) -> CupidModels
         assistant=factory.get(config.assistant),
         decomposer=factory.get(config.decomposer),
         leak_judge=factory.get(config.leak_judge) if config.leak_judge else None,
+        verifier=factory.get(config.verifier) if config.verifier else None,
     )
 
 
@@ -936,9 +1201,14 @@ def synthesize_cupid(
     concurrency: int = 4,
     resample_failed: bool = False,
     on_done: Callable[[UnitState], None] | None = None,
+    verify_against: Path | None = None,
 ) -> SynthResult:
-    """Generate (or resume) a CUPID-style dataset in `out`; returns the summary."""
+    """Generate (or resume) a CUPID-style dataset in `out`; returns the summary. With
+    `verify_against` (human labels), the summary reports the verifier's agreement with them."""
+    if verify_against is not None and config.verifier is None:
+        raise ConfigError("--verify-against needs the verifier stage (set a verifier model)")
     seeds = load_seeds(config.seeds_file)
+    check_seed_reuse(config.n_personas, seeds, config.seeds_file, config.allow_seed_reuse, "personas")
     templates = persona_templates(seeds, config.n_personas, config.seed)
     identity = config.identity()
     manifest = {
@@ -961,8 +1231,8 @@ def synthesize_cupid(
         finally:
             await factory.aclose()
 
-    states = asyncio.run(main())
-    summary = write_outputs(out, config, states, factory.tracker.to_record())
+    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    summary = write_outputs(out, config, states, usage, verify_against)
     return SynthResult(out, summary, states)
 
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
+from personalign.benchmarks.cupid.synth_verify import agreement_with, summarize
 from personalign.runs.manifest import now
 from personalign.runs.store import write_json
 from personalign.synth.common import UnitState, content_words, lexical_leak, slug, write_jsonl
@@ -187,10 +188,19 @@ def raw_files(state: UnitState) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def write_outputs(
-    out: Path, config: CheckSettings, states: Sequence[UnitState], usage: dict[str, Any]
+    out: Path,
+    config: CheckSettings,
+    states: Sequence[UnitState],
+    usage: dict[str, Any],
+    verify_against: Path | None = None,
 ) -> dict[str, Any]:
-    """Write cupid.jsonl, rejected.jsonl, raw/, validation.json and summary.json."""
+    """Write cupid.jsonl, rejected.jsonl, dropped.jsonl, raw/, validation.json and summary.json.
+
+    With a verifier stage, only the instances it verified or repaired are written; the ones it
+    dropped go to dropped.jsonl with the reasons."""
     passed: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
+    decisions: dict[str, Any] = {}
     rejected: list[dict[str, Any]] = []
     report: dict[str, Any] = {}
     personas: list[dict[str, Any]] = []
@@ -213,13 +223,32 @@ def write_outputs(
             "warnings": warnings,
             "leak": state.stages["leak_check"],
         }
+        verify = state.stages.get("verify")
+        if verify is not None:
+            report[state.unit_id]["verification"] = {
+                "decisions": verify["decisions"],
+                "repaired_sessions": verify["repaired_sessions"],
+            }
         if problems:
             rejected.append({"persona_id": state.unit_id, "problems": problems, "instances": instances})
+        elif verify is not None:
+            decisions[state.unit_id] = verify["decisions"]  # counted for personas that passed the checks
+            passed.extend(verify["instances"])
+            dropped.extend(
+                {
+                    "persona_id": state.unit_id,
+                    "instance_type": i["instance_type"],
+                    "reasons": verify["decisions"][i["instance_type"]]["reasons"],
+                    "instance": i,
+                }
+                for i in verify["dropped_instances"]
+            )
         else:
             passed.extend(instances)
     write_json(out / "raw" / "personas.json", personas)
     write_jsonl(out / "cupid.jsonl", passed)
     write_jsonl(out / "rejected.jsonl", rejected)
+    write_jsonl(out / "dropped.jsonl", dropped)
     write_json(out / "validation.json", report)
     dialogues = [
         v
@@ -228,7 +257,7 @@ def write_outputs(
         for k, v in s.stages.items()
         if k.startswith("dialogue/") and v["scores"]
     ]
-    summary = {
+    summary: dict[str, Any] = {
         "pipeline": "cupid",
         "finished": now(),
         "status": "complete" if not failed else "complete_with_errors",
@@ -251,8 +280,16 @@ def write_outputs(
             "rejected.jsonl": f"{len(rejected)} personas that failed validation",
             "raw/": "personas.json and data/<persona_id>.json in the CUPID-Raw layout",
         },
+        "verification": None,
         "usage": usage,
     }
+    verifier_ran = any("verify" in s.stages for s in states if s.status == "ok")
+    if verifier_ran or verify_against is not None:
+        verification = summarize(decisions)
+        if verify_against is not None:
+            verification["agreement"] = agreement_with(verify_against, decisions)
+        summary["verification"] = verification
+        summary["written"]["dropped.jsonl"] = f"{len(dropped)} instances the verifier dropped, with reasons"
     write_json(out / "summary.json", summary)
     return summary
 

@@ -45,12 +45,14 @@ from personalign.synth.common import (
     UnitState,
     balanced_pick,
     begin,
+    check_seed_reuse,
     content_words,
     json_config,
     lexical_leak,
     load_seeds,
     open_output,
     parse_model,
+    run_recorded,
     run_units,
     scale_lengths,
     text_schema,
@@ -76,6 +78,38 @@ RELATIONS: dict[str, Literal["POS", "NEG"]] = {
     "owns": "POS",
     "does not own": "NEG",
 }
+# Relations that fit any topic, and the topics each other pair fits (no "Religion: has been to").
+GENERAL_RELATIONS = ("likes", "dislikes", "is interested in", "is not interested in")
+RELATION_TOPICS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("enjoys", "does not enjoy"): (
+        "Sports", "Fashion", "Electronics", "Game", "Movie", "Major", "Fitness", "Art", "Music", "Beauty",
+        "Animal", "Family", "Self-improvement", "Travel", "Car", "Technology", "Book", "Social Media",
+        "Cooking & Baking", "Food", "Forms of Living",
+    ),
+    ("supports", "does not support"): (
+        "Sports", "Politics", "Environment", "Religion", "Family", "Technology", "Social Media", "Finance",
+        "Forms of Living",
+    ),
+    ("has been to", "has not been to"): ("Sports", "Movie", "Art", "Music", "Travel", "Food"),
+    ("owns", "does not own"): (
+        "Fashion", "Electronics", "Game", "Beauty", "Animal", "Car", "Technology", "Book", "Finance",
+        "Forms of Living",
+    ),
+}  # fmt: skip
+
+
+def relations_for(dimension: str) -> list[str]:
+    """The relations that make sense for a persona dimension (the general ones plus its pairs)."""
+    extra = [r for pair, topics in RELATION_TOPICS.items() if dimension in topics for r in pair]
+    return [*GENERAL_RELATIONS, *extra]
+
+
+def profile_seed(seed: int, user_id: int) -> int:
+    """The generation seed of a user's profile: the run's seed and the user id, so users drawn from
+    similar seeds are still sampled apart."""
+    return seed * 1_000_003 + user_id
+
+
 PROFILE_FIELDS = ("age", "gender", "personality", "occupation", "income_range")
 TEMPLATES = {
     "profile": "synth/hicupid_profile",
@@ -187,6 +221,7 @@ class HicupidSynthConfig:
     persona_rounds: int = 10
     seed: int = 0
     seeds_file: str | None = None
+    allow_seed_reuse: bool = False
     leak_threshold: float = 0.6
     length_scale: float | None = None
     temperature: float = 0.0
@@ -223,6 +258,7 @@ class HicupidSynthConfig:
     def identity(self) -> dict[str, Any]:
         record = asdict(self)
         record.pop("n_users")
+        record.pop("allow_seed_reuse")  # a permission, not a property of the data
         record["generator"] = parse_model_spec(self.generator).label
         record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
         return {"pipeline": "hicupid", **record}
@@ -236,17 +272,20 @@ def user_plans(config: HicupidSynthConfig) -> list[dict[str, Any]]:
     times and the persona items used for multi-info questions; balanced across users and
     prefix-stable (user k depends only on the seed and users 0..k-1)."""
     seeds = load_seeds(config.seeds_file)
+    check_seed_reuse(config.n_users, seeds, config.seeds_file, config.allow_seed_reuse, "users")
     rng = random.Random(f"hicupid:{config.seed}")
+    # each seed once before any twice (users sharing a seed get identical profiles at temperature 0)
+    order = rng.sample(range(len(seeds)), len(seeds))
     counts: Counter[str] = Counter()
     plans = []
     start = datetime(2025, 3, 3, 0, 0)
     for user in range(config.n_users):
-        seed_row = seeds[rng.randrange(len(seeds))]
+        seed_row = seeds[order[user % len(order)]]
         dims = sorted(balanced_pick(DIMENSIONS, counts, rng, k=config.n_personas), key=DIMENSIONS.index)
         counts.update(dims)
         relations = []
-        for _ in dims:
-            relation = balanced_pick(list(RELATIONS), counts, rng)[0]
+        for dim in dims:
+            relation = balanced_pick(relations_for(dim), counts, rng)[0]
             counts[relation] += 1
             relations.append(relation)
         times: set[datetime] = set()
@@ -397,13 +436,13 @@ class HicupidSynthesizer:
         self.model = model
         self.store = store
 
-    def _cfg(self, stage: str, schema: dict[str, Any], name: str) -> GenerateConfig:
+    def _cfg(self, stage: str, schema: dict[str, Any], name: str, seed: int | None = None) -> GenerateConfig:
         return json_config(
             name,
             scale_lengths(schema, self.config.length_scale),
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens[stage],
-        ).model_copy(update={"seed": self.config.seed})
+        ).model_copy(update={"seed": self.config.seed if seed is None else seed})
 
     async def _call(
         self,
@@ -414,6 +453,7 @@ class HicupidSynthesizer:
         schema: dict[str, Any],
         parse: Callable[[str], Any],
         budget: str,
+        seed: int | None = None,
     ) -> Any:
         if stage.done(name):
             return stage.output(name)
@@ -423,7 +463,7 @@ class HicupidSynthesizer:
             model=self.model,
             template=load_template(TEMPLATES[template]),
             values=values,
-            config=self._cfg(budget, schema, f"synth_hicupid_{template}"),
+            config=self._cfg(budget, schema, f"synth_hicupid_{template}", seed),
             parse=parse,
             reasks=self.config.reasks,
         )
@@ -441,6 +481,7 @@ class HicupidSynthesizer:
             profile = await self._call(
                 stage, "profile", "profile", {"seed": plan["seed"]}, PROFILE_SCHEMA,
                 lambda t: parse_model(ProfileOut, "profile")(t).model_dump(), "profile",
+                profile_seed(self.config.seed, plan["user_id"]),
             )  # fmt: skip
             who = describe_profile(profile)
             current = "personas"
@@ -685,7 +726,7 @@ def synthesize_hicupid(
         finally:
             await factory.aclose()
 
-    states = asyncio.run(main())
+    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
     dialogue_rows: list[dict[str, Any]] = []
     qa_rows: list[dict[str, Any]] = []
     users: list[dict[str, Any]] = []
@@ -728,7 +769,7 @@ def synthesize_hicupid(
             "users.jsonl": f"{len(users)} users' metadata",
         },
         "qa_by_type": dict(Counter(q["type"] for q in qa_rows)),
-        "usage": factory.tracker.to_record(),
+        "usage": usage,
     }
     write_json(out / "summary.json", summary)
     return HicupidResult(out, summary, states)
