@@ -354,3 +354,29 @@ def test_a_postgres_store_survives_a_server_restart() -> None:
         store.add_session("ana", CHAT)  # and a write
         assert store.count_sessions("ana") == 2
         store.close()
+
+
+def test_new_sqlite_files_opened_at_once_never_report_locked(tmp_path: Path) -> None:
+    """Switching a new file to WAL answers "database is locked" at once (no busy wait) while another
+    opener creates it; the store waits that out (6 openers x 100 new files failed ~3% before)."""
+    from personalign.memory.store import MemoryStore
+
+    errors: list[BaseException] = []
+    for round_ in range(100):
+        path = tmp_path / f"m{round_}.sqlite"
+        handles: list[MemoryStore] = []
+
+        def opener(path: Path = path, handles: list[MemoryStore] = handles) -> None:
+            try:
+                handles.append(MemoryStore(path))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=opener) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for handle in handles:
+            handle.close()
+    assert errors == []

@@ -226,8 +226,22 @@ class _Shared:
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=60, isolation_level=None)
         self.conn.execute("PRAGMA foreign_keys=ON")
         if path != ":memory:":
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(self.conn)
         self.conn.execute("PRAGMA synchronous=NORMAL")
+
+
+def _switch_to_wal(conn: sqlite3.Connection, wait: float = 60.0) -> None:
+    """WAL mode, waiting out other openers: switching a new file's journal mode needs its lock, and
+    SQLite answers "database is locked" at once (no busy wait) while another connection creates it."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 class MemoryStore(SqlStore):
