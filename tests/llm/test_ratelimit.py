@@ -298,7 +298,7 @@ def test_gate_wakes_waiters_when_a_pause_ends() -> None:
         await gate.acquire()
         return loop.time() - started
 
-    assert 0.12 < asyncio.run(scenario()) < 1.0
+    assert 0.12 < asyncio.run(scenario()) < 5.0  # woken by the pause ending, not by a slow poll or never
 
 
 # --- spec options ----------------------------------------------------------------------------
