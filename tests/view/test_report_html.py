@@ -114,10 +114,10 @@ def test_manifests_are_shown_with_secrets_redacted(runs: Path) -> None:
 def test_a_benchmark_without_report_tables_is_listed_not_fatal(runs: Path) -> None:
     run = runs / "cupid" / "a"
     manifest = read_json(run / "manifest.json")
-    manifest["benchmark"] = "prefeval"
+    manifest["benchmark"] = "plugin-without-tables"
     (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     html = render_report([run, runs / "benchpres" / "a"])
-    assert "no report tables for &#39;prefeval&#39;" in html
+    assert "no report tables for &#39;plugin-without-tables&#39;" in html
     assert 'data-benchmark="benchpres"' in html
 
 
@@ -136,3 +136,15 @@ def test_report_command_writes_the_html_file(runs_root: Path, tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert (tmp_path / "r" / "report.md").is_file()
+
+
+def test_prefeval_section_has_its_tables_and_the_accuracy_vs_turns_plot(tmp_path: Path) -> None:
+    from tests.view.conftest import make_run
+
+    run = make_run("prefeval", tmp_path / "prefeval")
+    summary = read_json(run / "summary.json")
+    html = render_report([run])
+    assert 'data-benchmark="prefeval"' in html and "no report tables" not in html
+    assert html.count("<svg") == 1 and "distractor turns" in html
+    accuracy = f"{100 * summary['all']['accuracy']:.1f}"
+    assert any(b == "prefeval" and text == accuracy for b, _t, _c, text in _cells(html).all_cells)

@@ -21,7 +21,7 @@ from personalign.report.tables import Cell, Table
 from personalign.runs.store import RunDir
 from personalign.view.plots import Series, grouped_bars, inline_svg
 
-KNOWN = ("cupid", "hicupid", "benchpres")
+KNOWN = ("cupid", "hicupid", "benchpres", "prefeval")
 
 
 @dataclass
@@ -151,10 +151,32 @@ def _benchpres_section(paths: Sequence[Path]) -> Section:
     return section
 
 
+def _prefeval_section(paths: Sequence[Path]) -> Section:
+    from personalign.benchmarks.prefeval import report
+
+    built = report.build_report(paths)
+    section = Section("prefeval", "PrefEval", [t for t in built.tables.values() if t.rows])
+    if built.curves:
+        with tempfile.TemporaryDirectory() as tmp:
+            written = report.plot_turns(built.curves, Path(tmp))
+            svg = next(p for p in written if p.suffix == ".svg").read_text(encoding="utf-8")
+        section.figures.append(
+            Figure(
+                "PrefEval: preference-following accuracy against the number of distractor turns, "
+                "one line per run, with 95% CIs",
+                "Line plot with the distractor turns between the preference and the question on the "
+                "x axis and accuracy in percent on the y axis; the same numbers are in the tables.",
+                inline_svg(svg),
+            )
+        )
+    return section
+
+
 BUILDERS: dict[str, Callable[[Sequence[Path]], Section]] = {
     "cupid": _cupid_section,
     "hicupid": _hicupid_section,
     "benchpres": _benchpres_section,
+    "prefeval": _prefeval_section,
 }
 
 
