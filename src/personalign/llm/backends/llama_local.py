@@ -16,6 +16,7 @@ the state of each recurring prefix for reuse (see docs/architecture.md, Throughp
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import importlib.metadata
 import os
@@ -42,6 +43,18 @@ MIN_PREFIX_TOKENS = 32
 
 _MODELS: dict[str, LoadedModel] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+def close_models() -> None:
+    """Free every loaded llama.cpp context. Runs at interpreter exit: left to the garbage collector
+    during shutdown, llama-cpp-python's finalizer finds its module globals gone and prints a traceback."""
+    with _MODELS_LOCK:
+        for loaded in _MODELS.values():
+            loaded.llm.close()
+        _MODELS.clear()
+
+
+atexit.register(close_models)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
