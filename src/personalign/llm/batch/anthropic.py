@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from personalign.errors import ModelCallError
-from personalign.llm.backends._http import RETRYABLE_STATUS, read_key, scrub
+from personalign.llm.backends._http import read_key
 from personalign.llm.backends.anthropic import API_VERSION, message_response
+from personalign.llm.batch._http import HttpBatchClient
 from personalign.llm.batch.core import BatchItem, BatchRequest, JobState, JobStatus
 from personalign.llm.spec import ModelSpec
 
@@ -19,38 +19,15 @@ from personalign.llm.spec import ModelSpec
 TRANSIENT_ERRORS = {"api_error", "overloaded_error", "rate_limit_error", "timeout_error"}
 
 
-class AnthropicBatchProvider:
+class AnthropicBatchProvider(HttpBatchClient):
     name = "anthropic"
     max_requests = 100_000  # the API's per-batch limits: 100,000 requests, 256 MB
     max_bytes = 240_000_000
 
     def __init__(self, spec: ModelSpec, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        assert spec.base_url is not None
-        self.spec = spec
-        self._key = read_key(spec.key_env, spec.label)
-        headers = {"anthropic-version": API_VERSION}
-        if self._key:
-            headers["x-api-key"] = self._key
-        self._client = httpx.AsyncClient(
-            base_url=spec.base_url, headers=headers, transport=transport, timeout=spec.timeout
-        )
-
-    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        label = self.spec.label
-        try:
-            response = await self._client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ModelCallError(
-                scrub(f"{label} batch: {type(exc).__name__}: {exc}", self._key), retryable=True
-            ) from None
-        if response.status_code != 200:
-            body = scrub(response.text[:300], self._key)
-            raise ModelCallError(
-                f"{label} batch: {method} {path}: HTTP {response.status_code}: {body}",
-                retryable=response.status_code in RETRYABLE_STATUS,
-                status_code=response.status_code,
-            )
-        return response
+        key = read_key(spec.key_env, spec.label)
+        headers = {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}
+        super().__init__(spec, key, headers, transport)
 
     async def submit(self, requests: Sequence[BatchRequest], tag: str) -> str:
         body = {"requests": [{"custom_id": r.custom_id, "params": r.body} for r in requests]}
@@ -103,6 +80,3 @@ class AnthropicBatchProvider:
 
     async def cancel(self, job_id: str) -> None:
         await self._call("POST", f"/v1/messages/batches/{job_id}/cancel")
-
-    async def aclose(self) -> None:
-        await self._client.aclose()

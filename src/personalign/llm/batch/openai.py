@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 
-from personalign.errors import ModelCallError
-from personalign.llm.backends._http import RETRYABLE_STATUS, read_key, scrub
+from personalign.llm.backends._http import RETRYABLE_STATUS, read_key
 from personalign.llm.backends.openai_compat import chat_completion_response
+from personalign.llm.batch._http import HttpBatchClient
 from personalign.llm.batch.core import BatchItem, BatchRequest, JobState, JobStatus
 from personalign.llm.spec import ModelSpec
 
@@ -40,7 +40,7 @@ def request_lines(requests: Sequence[BatchRequest]) -> bytes:
     ).encode("utf-8")
 
 
-class OpenAIBatchProvider:
+class OpenAIBatchProvider(HttpBatchClient):
     name = "openai"
     max_requests = 50_000  # the API's per-batch limits: 50,000 requests, a 200 MB input file
     max_bytes = 190_000_000
@@ -52,31 +52,9 @@ class OpenAIBatchProvider:
         transport: httpx.AsyncBaseTransport | None = None,
         completion_window: str = "24h",
     ) -> None:
-        assert spec.base_url is not None
-        self.spec = spec
         self.completion_window = completion_window
-        self._key = read_key(spec.key_env, spec.label)
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        self._client = httpx.AsyncClient(
-            base_url=spec.base_url, headers=headers, transport=transport, timeout=spec.timeout
-        )
-
-    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        label = self.spec.label
-        try:
-            response = await self._client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ModelCallError(
-                scrub(f"{label} batch: {type(exc).__name__}: {exc}", self._key), retryable=True
-            ) from None
-        if response.status_code != 200:
-            body = scrub(response.text[:300], self._key)
-            raise ModelCallError(
-                f"{label} batch: {method} {path}: HTTP {response.status_code}: {body}",
-                retryable=response.status_code in RETRYABLE_STATUS,
-                status_code=response.status_code,
-            )
-        return response
+        key = read_key(spec.key_env, spec.label)
+        super().__init__(spec, key, {"Authorization": f"Bearer {key}"} if key else {}, transport)
 
     async def submit(self, requests: Sequence[BatchRequest], tag: str) -> str:
         upload = await self._call(
@@ -152,6 +130,3 @@ class OpenAIBatchProvider:
 
     async def cancel(self, job_id: str) -> None:
         await self._call("POST", f"/batches/{job_id}/cancel")
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
