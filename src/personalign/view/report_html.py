@@ -129,15 +129,20 @@ def _hicupid_section(paths: Sequence[Path]) -> Section:
     return section
 
 
+def _plot_svg(plot: Callable[[Path], list[Path]]) -> str:
+    """The SVG text of a benchmark report's own plot function, which writes its files into a folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        written = plot(Path(tmp))
+        return next(p for p in written if p.suffix == ".svg").read_text(encoding="utf-8")
+
+
 def _benchpres_section(paths: Sequence[Path]) -> Section:
     from personalign.benchmarks.benchpres import report
 
     built = report.build_report(paths)
     section = Section("benchpres", "BenchPreS", [t for t in built.tables.values() if t.rows])
     if built.points:
-        with tempfile.TemporaryDirectory() as tmp:
-            written = report.plot_scatter(built.points, Path(tmp))
-            svg = next(p for p in written if p.suffix == ".svg").read_text(encoding="utf-8")
+        svg = _plot_svg(lambda out: report.plot_scatter(built.points, out))
         section.figures.append(
             Figure(
                 "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
@@ -157,9 +162,7 @@ def _prefeval_section(paths: Sequence[Path]) -> Section:
     built = report.build_report(paths)
     section = Section("prefeval", "PrefEval", [t for t in built.tables.values() if t.rows])
     if built.curves:
-        with tempfile.TemporaryDirectory() as tmp:
-            written = report.plot_turns(built.curves, Path(tmp))
-            svg = next(p for p in written if p.suffix == ".svg").read_text(encoding="utf-8")
+        svg = _plot_svg(lambda out: report.plot_turns(built.curves, out))
         section.figures.append(
             Figure(
                 "PrefEval: preference-following accuracy against the number of distractor turns, "
