@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer import _click as click
@@ -35,18 +35,16 @@ from personalign.cli_common import (
     cli_errors,
     console,
     exit_for_run,
+    new_app,
+    option_param,
 )
-from personalign.cli_memory import register as register_memory
-from personalign.cli_protocol import register as register_protocol
-from personalign.cli_serve import register as register_serve
-from personalign.cli_synth import register as register_synth
-from personalign.cli_train import register as register_train
-from personalign.cli_view import register as register_view
+from personalign.cli_common import build_command as _command
+from personalign.cli_common import param as _param
 from personalign.errors import ConfigError
 from personalign.redact import safe
 
 if TYPE_CHECKING:  # typing only: runs.spec loads the model layer, which --help never needs
-    from personalign.runs.spec import BenchmarkSpec, Option, Role
+    from personalign.runs.spec import BenchmarkSpec, Role
 
     AnySpec = BenchmarkSpec[Any, Any, Any]
 
@@ -54,12 +52,38 @@ if TYPE_CHECKING:  # typing only: runs.spec loads the model layer, which --help 
 # only reason, never an import cycle (the layers are checked by lint-imports; docs/architecture.md).
 
 
+# personalign's other commands, each added by its module's `register(app[, run_app])` when the command
+# is asked for (or listed by `personalign --help`): building every command's options at each start
+# costs ~40 ms, and a run needs only `run`. Name -> (module, whether register takes run_app too).
+OWN_COMMANDS: dict[str, tuple[str, bool]] = {
+    "memory-eval": ("personalign.cli_memory", True),
+    "view": ("personalign.cli_view", False),
+    "protocol": ("personalign.cli_protocol", False),
+    "serve": ("personalign.cli_serve", False),
+    "synth": ("personalign.cli_synth", True),
+    "train": ("personalign.cli_train", False),
+}
+
+
+@cache
+def _own_command(name: str) -> Any:
+    """The click command of one of `OWN_COMMANDS`, registered on a holder app from its module."""
+    module, with_run = OWN_COMMANDS[name]
+    register = registry.load_target(f"{module}:register")
+    holder = new_app()
+    if with_run:
+        register(holder, new_app())
+    else:
+        register(holder)
+    return typer.main.get_group(holder).commands[name]
+
+
 @cache
 def _extensions() -> tuple[dict[str, Any], dict[str, Any]]:
     """The extra commands of every registered benchmark (its spec's optional `cli` attribute,
     ``"module:register"``), as (top-level commands, `run` subcommands). Loaded only when a command
     name is not one of personalign's own, so start-up imports no benchmark."""
-    ext_app, ext_run = typer.Typer(), typer.Typer()
+    ext_app, ext_run = new_app(), new_app()
     for name in registry.names():
         target = getattr(registry.get(name), "cli", None)
         if target:
@@ -73,14 +97,30 @@ def _extensions() -> tuple[dict[str, Any], dict[str, Any]]:
     return commands(ext_app), commands(ext_run)
 
 
-class RootGroup(TyperGroup):
+class QuickHelpGroup(TyperGroup):
+    """A group whose `--help` flag is False, not None, when not given: typer coerces a None flag
+    through a pydantic adapter (~80 ms to import) whenever a subcommand runs (`personalign run --help`)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+
+class RootGroup(QuickHelpGroup):
     """The top-level group: personalign's own commands, then benchmarks' extra commands (lazily)."""
 
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *OWN_COMMANDS]
+
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in OWN_COMMANDS:
+            return _own_command(cmd_name)
         return super().get_command(ctx, cmd_name) or _extensions()[0].get(cmd_name)
 
 
-class RunGroup(TyperGroup):
+class RunGroup(QuickHelpGroup):
     """`personalign run`: one command per registered benchmark, built from its spec when it runs or
     its own help is shown; the listing in `personalign run --help` imports no benchmark."""
 
@@ -97,38 +137,23 @@ class RunGroup(TyperGroup):
             self.listing = False
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if cmd_name in registry.names():
+        if registry.has(cmd_name):
             return _listed(cmd_name) if self.listing else benchmark_command(registry.get(cmd_name))
         return super().get_command(ctx, cmd_name) or _extensions()[1].get(cmd_name)
 
 
-app = typer.Typer(
+app = new_app(
     cls=RootGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Measure how LLM assistants personalize.",
     epilog="A benchmark's own commands are listed by `personalign run <benchmark> --help`.",
 )
-run_app = typer.Typer(cls=RunGroup, no_args_is_help=True, help="Run a benchmark.")
+run_app = new_app(cls=RunGroup, no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
 
 
 # --- `personalign run <benchmark>`, built from the spec ------------------------------------------
-
-
-def _command(
-    name: str, function: Callable[..., None], params: list[inspect.Parameter], help_text: str
-) -> Any:
-    """A click command (typer's) from a function and a signature built at run time."""
-    function.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    function.__annotations__ = {}
-    holder = typer.Typer()
-    holder.command(name, help=help_text)(function)
-    return typer.main.get_group(holder).commands[name]
-
-
-def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
 def _listed(name: str) -> Any:
@@ -138,26 +163,6 @@ def _listed(name: str) -> Any:
         return None
 
     return _command(name, placeholder, [], f"Run the {name} benchmark (personalign run {name} --help).")
-
-
-_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "path": Path, "bool": bool}
-
-
-def option_param(option: Option, *, rescore: bool = False) -> inspect.Parameter:
-    """A spec Option as a typer option; on `rescore` every value defaults to None (not given)."""
-    if option.type == "bool":
-        on, off = option.boolean_flags or (option.cli_flag, "")
-        default = None if rescore else bool(option.default)
-        flag = f"{on}/{off}" if off else on
-        return _param(option.name, Annotated[bool | None, typer.Option(flag, help=option.help)], default)
-    # choices are checked at parse time on `run`; on `rescore` the config names the bad value itself
-    choose = option.choices and not option.repeatable and not rescore
-    kind: Any = Literal[option.choices] if choose else _TYPES[option.type]
-    info = typer.Option(option.cli_flag, help=option.help)
-    if option.repeatable:
-        return _param(option.name, Annotated[list[kind] | None, info], None)
-    default = None if rescore else option.default
-    return _param(option.name, Annotated[kind | None, info], default)
 
 
 def role_flags(role: str) -> list[str]:
@@ -225,7 +230,7 @@ def _extension_note(spec: AnySpec) -> str:
     target = getattr(spec, "cli", None)
     if not target:
         return ""
-    top, runs = typer.Typer(), typer.Typer()
+    top, runs = new_app(), new_app()
     registry.load_target(target)(top, runs)
     names = [f"run {c.name}" for c in runs.registered_commands]
     names += [str(g.name) for g in top.registered_groups] + [str(c.name) for c in top.registered_commands]
@@ -412,14 +417,6 @@ def agree(
     if out:
         out.write_text(text + "\n", encoding="utf-8")
     typer.echo(text)
-
-
-register_memory(app, run_app)
-register_protocol(app)
-register_serve(app)
-register_synth(app, run_app)
-register_train(app)
-register_view(app)
 
 
 def main() -> None:

@@ -8,19 +8,47 @@ error (the message names the file, row and field); 3 stopped at the `--max-cost`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, cast
 
 import typer
-from rich.console import Console
 
 from personalign.errors import BudgetExceeded, PersonalignError
 from personalign.redact import safe
 
-# soft_wrap: messages are never broken inside a path or spec (they stay copyable); tables still fit.
-console = Console(stderr=True, soft_wrap=True)
+if TYPE_CHECKING:  # typing only: rich is imported when something is printed (start-up speed)
+    from rich.console import Console
+
+    from personalign.runs.spec import Option
+
+
+class _LazyConsole:
+    """The stderr console, built on first use: importing rich costs ~60 ms, which `--help` and a
+    command that prints nothing should not pay."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            # soft_wrap: messages are never broken inside a path or spec (they stay copyable).
+            self._console = Console(stderr=True, soft_wrap=True)
+        return getattr(self._console, name)
+
+
+console = cast("Console", _LazyConsole())
+
+
+def new_app(**settings: Any) -> typer.Typer:
+    """A typer app whose help is click's plain text: typer's rich help renderer costs ~0.15 s of
+    start-up (rich, markdown-it, pygments) on every `--help`; the text and options are the same."""
+    return typer.Typer(rich_markup_mode=None, **settings)
+
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -108,3 +136,42 @@ ProtocolDirOpt = Annotated[
         "(default: $PERSONALIGN_PROTOCOL_DIR_<NAME>, else the `personalign protocol fetch` cache).",
     ),
 ]
+
+
+# --- commands built at run time from a benchmark's declared options (run, rescore, protocol show) ---
+
+
+def build_command(
+    name: str, function: Callable[..., None], params: list[inspect.Parameter], help_text: str
+) -> Any:
+    """A click command (typer's) from a function and a signature built at run time."""
+    function.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    function.__annotations__ = {}
+    holder = new_app()
+    holder.command(name, help=help_text)(function)
+    return typer.main.get_group(holder).commands[name]
+
+
+def param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
+    """A keyword parameter of a command built at run time (no default: a required option)."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "path": Path, "bool": bool}
+
+
+def option_param(option: Option, *, rescore: bool = False) -> inspect.Parameter:
+    """A spec Option as a typer option; on `rescore` every value defaults to None (not given)."""
+    if option.type == "bool":
+        on, off = option.boolean_flags or (option.cli_flag, "")
+        default = None if rescore else bool(option.default)
+        flag = f"{on}/{off}" if off else on
+        return param(option.name, Annotated[bool | None, typer.Option(flag, help=option.help)], default)
+    # choices are checked at parse time on `run`; on `rescore` the config names the bad value itself
+    choose = option.choices and not option.repeatable and not rescore
+    kind: Any = Literal[option.choices] if choose else _TYPES[option.type]
+    info = typer.Option(option.cli_flag, help=option.help)
+    if option.repeatable:
+        return param(option.name, Annotated[list[kind] | None, info], None)
+    default = None if rescore else option.default
+    return param(option.name, Annotated[kind | None, info], default)

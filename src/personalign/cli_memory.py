@@ -1,20 +1,39 @@
-"""`personalign memory-eval`: offline retrieval quality of the memory engine against baselines."""
+"""`personalign memory-eval`: offline retrieval quality of the memory engine against baselines, on the
+data of any registered benchmark whose spec has a `memory_eval` hook."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from personalign import registry
 from personalign.cli_common import cli_errors, console
 from personalign.errors import PersonalignError
 from personalign.redact import safe
+from personalign.registry import DEFAULT_BENCHMARK
 
-# Commands import their benchmark's modules (runs, reports, loaders, synthesis) inside the command
-# function: the only reason is CLI start-up speed, never to hide an import cycle (the layers are
-# checked by lint-imports; docs/architecture.md).
+if TYPE_CHECKING:  # typing only: runs.spec is loaded with the benchmark, when the command runs
+    from personalign.runs.spec import MemoryEvalResult
+
+# The benchmark and its memory evaluation (the spec's `memory_eval` hook) are loaded when the command
+# runs, through the registry: no benchmark is named here.
+
+
+def memory_eval_hook(name: str) -> Callable[..., MemoryEvalResult]:
+    """The `memory_eval` hook of the registered benchmark `name` (its spec's optional import path);
+    a clear error naming the benchmarks that have one."""
+    target = getattr(registry.get(name), "memory_eval", None) if registry.has(name) else None
+    if target is None:
+        known = [n for n in registry.names() if getattr(registry.get(n), "memory_eval", None)]
+        with_eval = ", ".join(known)
+        raise PersonalignError(
+            f"unknown --format {name!r} (benchmarks with a memory evaluation: {with_eval})"
+        )
+    return registry.load_target(target)  # type: ignore[no-any-return]
 
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:
@@ -25,18 +44,19 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
         data: Annotated[
             str,
             typer.Option(
-                help="CUPID data: 'fixture', 'hf[:repo[:split]]', or a .parquet/.json/.jsonl; with "
-                "--format hicupid: 'fixture', 'hf[:repo]', or a directory with the dialogue and qa files."
+                help="The benchmark's data: 'fixture', 'hf[:repo[:split]]', or a local file or directory "
+                "in its official layout."
             ),
         ] = "fixture",
         data_format: Annotated[
-            str, typer.Option("--format", help="cupid | hicupid (the layout of --data).")
-        ] = "cupid",
+            str,
+            typer.Option(
+                "--format", help="The benchmark whose data --data holds (one with a memory evaluation)."
+            ),
+        ] = DEFAULT_BENCHMARK,
         k: Annotated[
             int | None,
-            typer.Option(
-                "--k", help="Sessions retrieved per request (default: 2 on CUPID; 1, 3 and 5 on HiCUPID)."
-            ),
+            typer.Option("--k", help="Sessions retrieved per request (default: the benchmark's own)."),
         ] = None,
         embedder: Annotated[
             str, typer.Option(help="Dense embedder: minilm (offline default), hash, st:<name>.")
@@ -45,66 +65,26 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--method",
-                help="recent | bm25 | dense | fused | memory (repeatable; default all; HiCUPID has no "
-                "fused).",
+                help="recent | bm25 | dense | fused | memory (repeatable; default: all the benchmark has).",
             ),
         ] = None,
         out: Annotated[
             Path | None, typer.Option(help="Write the summary and per-instance scores to this JSON file.")
         ] = None,
     ) -> None:
-        """Precision/recall of retrieved sessions against CUPID's oracle sessions, per instance type, or
-        Hit@k of the gold dialogues per question type on HiCUPID, for the memory engine and the
-        baselines (no judge model)."""
-        from personalign.benchmarks.cupid.memory_eval import (
-            METHODS,
-            evaluate_cupid,
-            format_table,
-            score_records,
-        )
-
-        records: list[dict[str, object]] = []
+        """Retrieval quality of the memory engine against baselines on a benchmark's data, with no
+        judge model (CUPID: precision/recall of the oracle sessions per instance type; HiCUPID: Hit@k
+        of the gold dialogues per question type)."""
         with cli_errors():
             if k is not None and k <= 0:
                 raise PersonalignError("--k must be positive")
-            if data_format == "hicupid":
-                from personalign.benchmarks.hicupid.context import PAPER_K, ContextOptions
-                from personalign.benchmarks.hicupid.data import load_hicupid
-                from personalign.benchmarks.hicupid.memory import (
-                    HICUPID_METHODS,
-                    evaluate_hicupid,
-                    format_hicupid_table,
-                )
-                from personalign.benchmarks.hicupid.schema import TEST_SPLITS
-
-                hicupid = load_hicupid(data)
-                source, sha256 = hicupid.source, hicupid.sha256
-                summary = evaluate_hicupid(
-                    hicupid.histories,
-                    hicupid.questions(TEST_SPLITS),
-                    ks=PAPER_K["dialogue"] if k is None else (k,),
-                    options=ContextOptions(embedder=embedder),
-                    methods=tuple(method or HICUPID_METHODS),
-                )
-                table = format_hicupid_table(summary)
-            elif data_format == "cupid":
-                from personalign.benchmarks.cupid.data import load_cupid
-
-                dataset = load_cupid(data)
-                source, sha256 = dataset.source, dataset.sha256
-                summary, scores = evaluate_cupid(
-                    dataset.instances, k=k or 2, embedder=embedder, methods=tuple(method or METHODS)
-                )
-                table = format_table(summary)
-                records = score_records(scores)
-            else:
-                raise PersonalignError(f"unknown --format {data_format!r} (cupid or hicupid)")
-        summary = {"data": {"source": source, "sha256": sha256}, **summary}
-        typer.echo(table)
+            result = memory_eval_hook(data_format)(data, k=k, embedder=embedder, methods=method)
+        summary = {"data": {"source": result.source, "sha256": result.sha256}, **result.summary}
+        typer.echo(result.table)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            body = (
-                {"summary": summary, "instances": records} if data_format == "cupid" else {"summary": summary}
-            )
+            body: dict[str, Any] = {"summary": summary}
+            if result.instances is not None:
+                body["instances"] = result.instances
             out.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
             console.print(f"written to {safe(out)}")

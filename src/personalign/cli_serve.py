@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import console, fail
+from personalign.cli_common import console, fail, new_app
 from personalign.errors import ConfigError, PersonalignError
 from personalign.redact import safe
 
@@ -23,8 +23,8 @@ KeysOpt = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Add `serve` (and `serve keys add|list|revoke`) to the `personalign` app."""
-    serve_app = typer.Typer(help="The OpenAI-compatible personalization gateway (docs/serve.md).")
-    keys_app = typer.Typer(no_args_is_help=True, help="Manage the gateway's API keys (stored hashed).")
+    serve_app = new_app(help="The OpenAI-compatible personalization gateway (docs/serve.md).")
+    keys_app = new_app(no_args_is_help=True, help="Manage the gateway's API keys (stored hashed).")
     serve_app.add_typer(keys_app, name="keys")
     app.add_typer(serve_app, name="serve")
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from personalign.cli_common import console
+from personalign.cli_common import console, new_app
 from personalign.cli_common import fail as _fail
 from personalign.errors import PersonalignError
 
@@ -94,9 +94,7 @@ def _report(label: str, result: Any) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the `train` command group to the CLI."""
-    train_app = typer.Typer(
-        no_args_is_help=True, help="Fine-tune a model on a benchmark's train split (LoRA)."
-    )
+    train_app = new_app(no_args_is_help=True, help="Fine-tune a model on a benchmark's train split (LoRA).")
     app.add_typer(train_app, name="train")
 
     def make(kind: str) -> Any:

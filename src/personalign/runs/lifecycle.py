@@ -5,26 +5,29 @@ check, manifest, summary) and `rescore_benchmark` (re-judge saved subject output
 
 from __future__ import annotations
 
-import asyncio
 import re
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from personalign.errors import ConfigError
-from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import schema
-from personalign.runs.health import health_section
-from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.manifest import environment, identity_hash, now
-from personalign.runs.progress import RunProgress
-from personalign.runs.records import InstanceRecord, StepRecord
-from personalign.runs.runner import Evaluator, Runner, RunOutcome, locked_run
+from personalign.runs.records import RunOutcome
 from personalign.runs.spec import BenchmarkSpec, RunContext, Selection, selection_defaults
 from personalign.runs.store import RunDir
+
+if TYPE_CHECKING:
+    from personalign.llm import CallCache, ModelFactory
+    from personalign.runs.records import InstanceRecord, StepRecord
+    from personalign.runs.runner import Evaluator
+
+# The evaluation machinery (the model layer with sqlite3 and asyncio, the runner, the progress bar)
+# is imported by the functions that evaluate: a re-run of a finished run returns from the finished-run
+# check having read only its manifest and summary. Start-up speed is the only reason (no cycle:
+# lint-imports checks the layers).
 
 T = TypeVar("T")
 
@@ -57,6 +60,8 @@ class RunSettings:
         return Selection(self.limit, dict(self.selection))
 
     def context(self) -> RunContext:
+        from personalign.llm.cache import default_cache_path
+
         cache = (self.cache_path or default_cache_path()) if self.use_cache else None
         return RunContext(seed=self.seed, cache_path=cache, protocol_dir=self.protocol_dir)
 
@@ -84,6 +89,10 @@ class CacheSettings(Protocol):
 def open_cache(path: Path) -> CallCache:
     """The call cache at `path`; a folder, a file that is not SQLite or an unwritable place is a
     `ConfigError` naming the path and what to do."""
+    import sqlite3
+
+    from personalign.llm.cache import CallCache
+
     if path.is_dir():
         raise ConfigError(f"--cache {path} is a directory; give a file path, e.g. {path / 'calls.sqlite'}")
     try:
@@ -97,6 +106,8 @@ def open_cache(path: Path) -> CallCache:
 
 def make_factory(settings: CacheSettings) -> ModelFactory:
     """One factory per run: the shared call cache, usage tracker (with the budget) and price table."""
+    from personalign.llm import ModelFactory, PriceTable, UsageTracker, default_cache_path
+
     cache = open_cache(settings.cache_path or default_cache_path()) if settings.use_cache else None
     return ModelFactory(
         cache=cache,
@@ -161,6 +172,9 @@ async def execute(
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
 ) -> RunOutcome:
     """Evaluate `items` into `run_dir` (skipping finished ones), then close the factory's backends."""
+    from personalign.runs.progress import RunProgress
+    from personalign.runs.runner import Runner
+
     bar = RunProgress(factory.tracker, total=len(items), label=label) if progress else None
     runner: Runner[T] = Runner(
         Reusing(evaluator, previous_steps) if previous_steps else evaluator,
@@ -248,6 +262,8 @@ def write_summary(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json: status, the run's description, the metrics, usage, step health, notices."""
+    from personalign.runs.health import health_section
+
     specs = model_specs(spec, config)
     summary = {
         "schema_version": schema.SCHEMA_VERSION,
@@ -295,6 +311,8 @@ def run_benchmark(
     finished = finished_run(spec, config, settings, data)
     if finished is not None:
         return finished
+    from personalign.runs.heap import building_long_lived, long_lived_frozen
+
     texts = spec.protocol_texts(config, settings.context())
     with long_lived_frozen():  # the dataset is never garbage during the run: keep the GC off it
         with building_long_lived():
@@ -325,6 +343,10 @@ def _evaluate(
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
 ) -> RunResult:
     """Open (or resume) the locked run directory, evaluate the items, write summary.json."""
+    import asyncio
+
+    from personalign.runs.runner import locked_run
+
     with locked_run(run_dir, manifest):
         outcome = asyncio.run(
             execute(

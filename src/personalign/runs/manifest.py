@@ -8,17 +8,18 @@ import platform
 import subprocess
 from collections.abc import Iterable
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
-
-from personalign._version import __version__
 
 PACKAGES = ("pydantic", "httpx", "numpy", "pyarrow", "typer", "rich", "llama-cpp-python", "datasets")
 
 
 def versions_of(names: Iterable[str]) -> dict[str, str | None]:
     """Each installed distribution's version (None when it is not installed)."""
+    # importlib.metadata (~15 ms) is imported when a manifest is written: the finished-run check of a
+    # re-run only hashes the identity (start-up speed)
+    from importlib.metadata import PackageNotFoundError, version
+
     versions: dict[str, str | None] = {}
     for name in names:
         try:
@@ -29,6 +30,8 @@ def versions_of(names: Iterable[str]) -> dict[str, str | None]:
 
 
 def package_versions() -> dict[str, str | None]:
+    from personalign._version import __version__  # reads the installed metadata: only when written
+
     return {"personalign": __version__, "python": platform.python_version(), **versions_of(PACKAGES)}
 
 

@@ -6,6 +6,7 @@ result can be audited, re-scored or resumed without calling the subject model ag
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -70,3 +71,16 @@ class InstanceRecord(BaseModel):
     @property
     def status(self) -> Status:
         return "ok" if self.results and all(r.status == "ok" for r in self.results.values()) else "error"
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended and its latest record per instance (here, not in runner.py, so the
+    finished-run check builds one without loading the async runner)."""
+
+    status: str  # complete | complete_with_errors | stopped_budget | interrupted
+    evaluated: int
+    skipped: int
+    # Not in the repr: asyncio.run formats its finished main task (whose result this is) when it
+    # restores the SIGINT handler, and a repr of every record costs ~0.1 s per 1,000 instances.
+    records: dict[str, InstanceRecord] = field(default_factory=dict, repr=False)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from personalign.errors import ConfigError
 from personalign.llm.usage import UsageTracker
 from personalign.runs.manifest import identity_diff, now
-from personalign.runs.records import InstanceRecord, StepRecord
+from personalign.runs.records import InstanceRecord, RunOutcome, StepRecord
 from personalign.runs.store import RunDir, ensure_directory
 
 InstanceT = TypeVar("InstanceT")
@@ -27,16 +26,6 @@ class Evaluator(Protocol[InstanceT_contra]):
     async def evaluate(
         self, instance: InstanceT_contra, previous: Mapping[str, StepRecord] | None = None
     ) -> InstanceRecord: ...
-
-
-@dataclass
-class RunOutcome:
-    status: str  # complete | complete_with_errors | stopped_budget | interrupted
-    evaluated: int
-    skipped: int
-    # Not in the repr: asyncio.run formats its finished main task (whose result this is) when it
-    # restores the SIGINT handler, and a repr of every record costs ~0.1 s per 1,000 instances.
-    records: dict[str, InstanceRecord] = field(default_factory=dict, repr=False)
 
 
 def open_run(run_dir: RunDir, manifest: dict[str, Any], *, resume: bool = True) -> bool:

@@ -27,18 +27,30 @@ Optional hooks (a spec defines them only when it needs them; the lifecycle and C
   on the official hub data, else ``personalign``); ``protocol_help: str`` replaces its help text.
 - ``cli: str``: ``"module:function"`` of ``register(app, run_app)`` adding the benchmark's extra
   commands (e.g. ``run hicupid-retrieval``); loaded only when such a command is asked for.
+- ``html_section: str``: ``"module:function"`` of ``html_section(run_dirs) -> report.sections.Section``,
+  the benchmark's part of ``personalign report --html`` (tables and plots); without it the page lists
+  the runs' manifests only.
+- ``memory_eval: str``: ``"module:function"`` of ``memory_eval(data, *, k, embedder, methods) ->
+  MemoryEvalResult``, the judge-free retrieval quality of the memory engine against baselines on the
+  benchmark's data (``personalign memory-eval --format <name>``).
+- ``protocol_show: str``: ``"module:attribute"`` of a `ProtocolShow` (its options and a function
+  returning the text): ``personalign protocol show <name>`` prints the exact messages a run sends.
+
+Hooks named by an import path are loaded only when their command runs, so a spec module stays cheap
+to import (the CLI imports it to build `personalign run <name>` and for the finished-run check).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from personalign.llm.model import Model
-from personalign.runs.records import InstanceRecord
-from personalign.runs.runner import Evaluator
+if TYPE_CHECKING:  # typing only: a spec module imports this one, and must load without the model layer
+    from personalign.llm.model import Model
+    from personalign.runs.records import InstanceRecord
+    from personalign.runs.runner import Evaluator
 
 C = TypeVar("C", bound="BenchmarkConfig")
 D = TypeVar("D", bound="Dataset")
@@ -255,3 +267,27 @@ def role_specs(spec: BenchmarkSpec[Any, Any, Any], given: Mapping[str, str | Non
         if role.name not in resolved and role.defaults_to is not None and role.defaults_to in resolved:
             resolved[role.name] = resolved[role.defaults_to]
     return resolved
+
+
+@dataclass(frozen=True)
+class MemoryEvalResult:
+    """What a benchmark's `memory_eval` hook returns: the data read, the summary (per method), the
+    Markdown table printed, and per-instance scores when the benchmark has them (written by --out)."""
+
+    source: str
+    sha256: str | None
+    summary: dict[str, Any]
+    table: str
+    instances: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class ProtocolShow:
+    """A benchmark's `personalign protocol show <name>`: its own options (beside the shared --instance,
+    --setting, --protocol, --protocol-dir and --data), and `show(instance, settings, *, protocol,
+    protocol_dir, data, **options) -> str`, the text printed."""
+
+    show: Callable[..., str]
+    options: tuple[Option, ...] = ()
+    instance_help: str = "Instance id."
+    setting_help: str = "Which steps or settings to show (repeatable)."

@@ -1,7 +1,8 @@
 """`personalign report RUN... --html FILE`: one self-contained HTML page with every benchmark's tables.
 
-The tables come from each benchmark's own report builder (`benchmarks/<name>/report.py`), so the
-page shows exactly the numbers of report.md; plots are matplotlib SVG inlined in the page, and CSS
+Each benchmark's section comes from its own folder (its spec's `html_section` hook, e.g.
+`benchmarks/cupid/report.py:html_section`, built on its report tables), so the page shows exactly
+the numbers of report.md and names no benchmark here; plots are matplotlib SVG inlined in the page, and CSS
 is inline too: the file opens with no network. Each run's manifest (models, protocol, prompt
 hashes, versions, cost) follows the tables.
 """
@@ -9,39 +10,18 @@ hashes, versions, cost) follows the tables.
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from personalign import registry
 from personalign.errors import ConfigError
 from personalign.redact import redact_text
+from personalign.report.sections import Figure as Figure
+from personalign.report.sections import Section
 from personalign.report.tables import Cell, Table
 from personalign.runs.store import RunDir
-from personalign.view.plots import Series, grouped_bars, inline_svg
-
-KNOWN = ("cupid", "hicupid", "benchpres", "prefeval")
-
-
-@dataclass
-class Figure:
-    """An inline SVG plot with its caption and alt text."""
-
-    caption: str
-    alt: str
-    svg: str
-
-
-@dataclass
-class Section:
-    """One benchmark's part of the page: its tables, plots and notes."""
-
-    benchmark: str
-    title: str
-    tables: list[Table] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -52,135 +32,6 @@ class RunInfo:
     benchmark: str
     manifest: dict[str, Any]
     summary: dict[str, Any] | None
-
-
-def _ci(value: Any, scale: float = 1.0) -> tuple[float, float] | None:
-    return (scale * float(value[0]), scale * float(value[1])) if value else None
-
-
-def _cupid_section(paths: Sequence[Path]) -> Section:
-    from personalign.benchmarks.cupid import report
-
-    tables = report.build_report(paths)
-    section = Section("cupid", "CUPID", [t for t in tables.values() if t.rows])
-    metrics = ("precision", "recall", "f1")
-    groups = ["All", *(t.capitalize() for t in report.TYPES)]
-    series: list[Series] = []
-    for path in paths:
-        manifest, summary = report.load_summary(path)
-        inference = summary.get("inference") or {}
-        if not inference.get("all"):
-            continue
-        blocks = [inference["all"], *(inference.get("by_type", {}).get(t) or {} for t in report.TYPES)]
-        context = manifest.get("config", {}).get("context", "full")
-        subject = manifest.get("identity", {}).get("models", {}).get("subject", path.name)
-        for metric in metrics:
-            values = [None if b.get(metric) is None else 100 * b[metric] for b in blocks]
-            cis = [_ci(b.get(f"{metric}_ci"), 100.0) for b in blocks]
-            short = {"precision": "P", "recall": "R", "f1": "F1"}[metric]
-            series.append(Series(f"{subject} ({context}) {short}", values, cis))
-    if series:
-        section.figures.append(
-            Figure(
-                "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% "
-                "bootstrap CIs",
-                "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
-                "the consistent, contrastive and changing instance types, one bar group per run and "
-                "context; the same numbers are in Table 1.",
-                grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100)),
-            )
-        )
-    return section
-
-
-def _hicupid_section(paths: Sequence[Path]) -> Section:
-    from personalign.benchmarks.hicupid import report
-    from personalign.benchmarks.hicupid.steps import TASK
-
-    tables = report.build_report(paths)
-    section = Section("hicupid", "HiCUPID", [t for t in tables.values() if t.rows])
-    kinds = list(report.TYPE_COLUMNS)
-    groups = [*report.TYPE_COLUMNS.values(), "Total"]
-    series: list[Series] = []
-    for path in paths:
-        manifest, summary = report.load_summary(path)
-        overall = (summary.get(TASK) or {}).get("all") or {}
-        if not overall.get("n"):
-            continue
-        by_type = overall.get("by_type", {})
-        values: list[float | None] = [
-            None if (by_type.get(k) or {}).get("mean") is None else 100 * by_type[k]["mean"] for k in kinds
-        ]
-        cis = [_ci((by_type.get(k) or {}).get("ci"), 100.0) for k in kinds]
-        total = overall.get("total")
-        values.append(None if total is None else 100 * total)
-        cis.append(None)
-        series.append(Series(report.row_name(manifest), values, cis))
-    if series:
-        section.figures.append(
-            Figure(
-                "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type",
-                "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
-                "multi-info questions and the total, one bar per run; the same numbers are in the "
-                "tables above.",
-                grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100)),
-            )
-        )
-    return section
-
-
-def _plot_svg(plot: Callable[[Path], list[Path]]) -> str:
-    """The SVG text of a benchmark report's own plot function, which writes its files into a folder."""
-    with tempfile.TemporaryDirectory() as tmp:
-        written = plot(Path(tmp))
-        return next(p for p in written if p.suffix == ".svg").read_text(encoding="utf-8")
-
-
-def _benchpres_section(paths: Sequence[Path]) -> Section:
-    from personalign.benchmarks.benchpres import report
-
-    built = report.build_report(paths)
-    section = Section("benchpres", "BenchPreS", [t for t in built.tables.values() if t.rows])
-    if built.points:
-        svg = _plot_svg(lambda out: report.plot_scatter(built.points, out))
-        section.figures.append(
-            Figure(
-                "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
-                "one point per run, with 95% CIs",
-                "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
-                "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
-                "numbers are in the main table.",
-                inline_svg(svg),
-            )
-        )
-    return section
-
-
-def _prefeval_section(paths: Sequence[Path]) -> Section:
-    from personalign.benchmarks.prefeval import report
-
-    built = report.build_report(paths)
-    section = Section("prefeval", "PrefEval", [t for t in built.tables.values() if t.rows])
-    if built.curves:
-        svg = _plot_svg(lambda out: report.plot_turns(built.curves, out))
-        section.figures.append(
-            Figure(
-                "PrefEval: preference-following accuracy against the number of distractor turns, "
-                "one line per run, with 95% CIs",
-                "Line plot with the distractor turns between the preference and the question on the "
-                "x axis and accuracy in percent on the y axis; the same numbers are in the tables.",
-                inline_svg(svg),
-            )
-        )
-    return section
-
-
-BUILDERS: dict[str, Callable[[Sequence[Path]], Section]] = {
-    "cupid": _cupid_section,
-    "hicupid": _hicupid_section,
-    "benchpres": _benchpres_section,
-    "prefeval": _prefeval_section,
-}
 
 
 def read_runs(paths: Sequence[Path]) -> list[RunInfo]:
@@ -195,6 +46,15 @@ def read_runs(paths: Sequence[Path]) -> list[RunInfo]:
     return runs
 
 
+def section_builder(name: str) -> Callable[[Sequence[Path]], Section] | None:
+    """The section builder a registered benchmark declares (its spec's optional `html_section`, an
+    import path loaded here); None for a benchmark that is not registered or has none."""
+    if not registry.has(name):
+        return None
+    target = getattr(registry.get(name), "html_section", None)
+    return registry.load_target(target) if target else None  # type: ignore[no-any-return]
+
+
 def build_sections(runs: Sequence[RunInfo]) -> list[Section]:
     """One section per benchmark present, in the order of the first run of each."""
     by_benchmark: dict[str, list[Path]] = {}
@@ -202,7 +62,7 @@ def build_sections(runs: Sequence[RunInfo]) -> list[Section]:
         by_benchmark.setdefault(run.benchmark, []).append(Path(run.path))
     sections = []
     for name, paths in by_benchmark.items():
-        builder = BUILDERS.get(name)
+        builder = section_builder(name)
         if builder is None:
             sections.append(
                 Section(

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from personalign.cli_common import cli_errors
+from personalign.cli_common import cli_errors, new_app
 
-benchpres_app = typer.Typer(
+benchpres_app = new_app(
     no_args_is_help=True, help="BenchPreS tools: build rows, validate files, re-judge runs."
 )
 

@@ -20,6 +20,8 @@ from personalign.benchmarks.benchpres.steps import summarize
 from personalign.errors import ConfigError
 from personalign.redact import safe
 from personalign.report.figures import save_figure
+from personalign.report.plots import inline_svg
+from personalign.report.sections import Figure, Section, plot_svg
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
@@ -333,3 +335,23 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
         console.print(f"[yellow]warning: {safe(warning)}[/]")
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")
+
+
+def html_section(paths: Sequence[Path]) -> Section:
+    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
+    `build_report` and its plot (the spec's `html_section` hook)."""
+    built = build_report(paths)
+    section = Section("benchpres", "BenchPreS", [t for t in built.tables.values() if t.rows])
+    if built.points:
+        svg = plot_svg(lambda out: plot_scatter(built.points, out))
+        section.figures.append(
+            Figure(
+                "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
+                "one point per run, with 95% CIs",
+                "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
+                "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
+                "numbers are in the main table.",
+                inline_svg(svg),
+            )
+        )
+    return section

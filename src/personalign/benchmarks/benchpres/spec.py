@@ -82,6 +82,8 @@ class BenchPresSpec:
     """BenchPreS: are stored preferences applied only where the context allows them?"""
 
     name = "benchpres"
+    # Its section of `personalign report --html` (tables and plot), loaded when a page is built.
+    html_section = "personalign.benchmarks.benchpres.report:html_section"
     title = "BenchPreS: are stored preferences applied only where the context allows them?"
     item_noun = "rows"
     default_seed = 0

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from personalign.benchmarks.cupid.data import load_cupid
 from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
 from personalign.errors import ConfigError
 from personalign.history import approx_tokens, format_history, format_session
@@ -24,6 +25,7 @@ from personalign.memory.engine import MemoryEngine, RetrievalConfig
 from personalign.memory.store import NewSession
 from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
 from personalign.retrieval import Embedder
+from personalign.runs.spec import MemoryEvalResult
 
 METHODS = ("recent", "bm25", "dense", "fused", "memory")
 
@@ -217,3 +219,17 @@ def format_table(summary: dict[str, Any]) -> str:
             cells = ["" if block.get(key) is None else f"{block[key]:.3f}" for _, key in cols]
             lines.append(f"| {method} | {name} | {block['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def memory_eval(
+    data: str, *, k: int | None, embedder: str, methods: Sequence[str] | None
+) -> MemoryEvalResult:
+    """`personalign memory-eval --format cupid` (the spec's `memory_eval` hook): precision/recall of
+    the retrieved sessions against the oracle ones, k = 2 sessions unless given."""
+    dataset = load_cupid(data)
+    summary, scores = evaluate_cupid(
+        dataset.instances, k=k or 2, embedder=embedder, methods=tuple(methods or METHODS)
+    )
+    return MemoryEvalResult(
+        dataset.source, dataset.sha256, summary, format_table(summary), score_records(scores)
+    )

@@ -16,10 +16,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from personalign.benchmarks.cupid.steps import CupidConfig, summarize
+from personalign.benchmarks.cupid.config import CupidConfig
 from personalign.errors import ConfigError
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
+from personalign.report.plots import Series, grouped_bars
+from personalign.report.sections import Figure, Section, ci_pair
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
@@ -34,6 +36,9 @@ def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ConfigError(f"{path}: not a CUPID run")
     summary = run.read_summary()
     if summary is None:  # an interrupted run: compute from what was saved
+        # imported here for start-up speed: steps loads numpy, which printing a finished run never needs
+        from personalign.benchmarks.cupid.steps import summarize
+
         config = CupidConfig(**manifest["config"])
         summary = summarize(run.records().values(), config.tasks, seed=int(manifest.get("seed", 0)))
         summary["status"] = "interrupted"
@@ -182,3 +187,38 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     )
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")
+
+
+def html_section(paths: Sequence[Path]) -> Section:
+    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
+    `build_report` and its plot (the spec's `html_section` hook)."""
+    tables = build_report(paths)
+    section = Section("cupid", "CUPID", [t for t in tables.values() if t.rows])
+    metrics = ("precision", "recall", "f1")
+    groups = ["All", *(t.capitalize() for t in TYPES)]
+    series: list[Series] = []
+    for path in paths:
+        manifest, summary = load_summary(path)
+        inference = summary.get("inference") or {}
+        if not inference.get("all"):
+            continue
+        blocks = [inference["all"], *(inference.get("by_type", {}).get(t) or {} for t in TYPES)]
+        context = manifest.get("config", {}).get("context", "full")
+        subject = manifest.get("identity", {}).get("models", {}).get("subject", path.name)
+        for metric in metrics:
+            values = [None if b.get(metric) is None else 100 * b[metric] for b in blocks]
+            cis = [ci_pair(b.get(f"{metric}_ci"), 100.0) for b in blocks]
+            short = {"precision": "P", "recall": "R", "f1": "F1"}[metric]
+            series.append(Series(f"{subject} ({context}) {short}", values, cis))
+    if series:
+        section.figures.append(
+            Figure(
+                "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% "
+                "bootstrap CIs",
+                "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
+                "the consistent, contrastive and changing instance types, one bar group per run and "
+                "context; the same numbers are in Table 1.",
+                grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100)),
+            )
+        )
+    return section

@@ -5,29 +5,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from personalign.benchmarks.cupid.config import SUBJECT_STEPS, TASKS, CupidConfig, default_subject_max_tokens
 from personalign.benchmarks.cupid.context import CUPID_CONTEXTS
 from personalign.benchmarks.cupid.data import LoadedDataset, describe_source, load_cupid
 from personalign.benchmarks.cupid.protocol import CupidPaperPrompts, load_paper_prompts
-from personalign.benchmarks.cupid.report import build_report, print_run_summary, write_report
 from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
-from personalign.benchmarks.cupid.steps import (
-    SUBJECT_STEPS,
-    TASKS,
-    CupidBenchmark,
-    CupidConfig,
-    default_subject_max_tokens,
-    prompt_hashes,
-    summarize,
-)
 from personalign.errors import ConfigError
-from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
-from personalign.report.tables import Table
-from personalign.runs.records import InstanceRecord
-from personalign.runs.runner import Evaluator
 from personalign.runs.spec import Option, Role, RunContext, Selection
+
+if TYPE_CHECKING:
+    from personalign.llm.model import Model
+    from personalign.report.tables import Table
+    from personalign.runs.records import InstanceRecord
+    from personalign.runs.runner import Evaluator
+
+# The evaluator, its metrics and the reports (steps.py, report.py) are imported by the hooks that use
+# them: they load numpy, the model layer and rich, which the CLI's options and a re-run of a finished
+# run (config, identity, the stored summary) never need. Start-up speed is the only reason.
 
 ROLE_NAMES = ("subject", "decomposer", "matcher", "judge")
 
@@ -36,6 +33,12 @@ class CupidSpec:
     """CUPID (Kim et al., 2025): infer the contextual preference behind a request from prior sessions."""
 
     name = "cupid"
+    # Its section of `personalign report --html` (tables and plot), loaded when a page is built.
+    html_section = "personalign.benchmarks.cupid.report:html_section"
+    # `personalign protocol show cupid`: the exact messages a run sends for one item.
+    protocol_show = "personalign.benchmarks.cupid.show:PROTOCOL_SHOW"
+    # `personalign memory-eval --format cupid`: the memory engine's retrieval against baselines.
+    memory_eval = "personalign.benchmarks.cupid.memory_eval:memory_eval"
     # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
     upstream = "personalign.benchmarks.cupid.protocol:SOURCE"
     title = "CUPID: infer the contextual preference behind a request from prior sessions"
@@ -172,6 +175,8 @@ class CupidSpec:
         return load_paper_prompts(context.protocol_dir) if config.protocol == "paper" else None
 
     def manifest_extra(self, config: CupidConfig, texts: CupidPaperPrompts | None) -> dict[str, Any]:
+        from personalign.benchmarks.cupid.steps import prompt_hashes
+
         if texts is None:
             return {"prompts": prompt_hashes()}
         return {"prompts": texts.hashes(), "upstream": dict(texts.source)}
@@ -185,6 +190,8 @@ class CupidSpec:
         texts: CupidPaperPrompts | None,
         context: RunContext,
     ) -> Evaluator[CupidInstance]:
+        from personalign.benchmarks.cupid.steps import CupidBenchmark
+
         return CupidBenchmark(config, models, texts)
 
     def check(self, evaluator: Evaluator[CupidInstance], items: Sequence[CupidInstance]) -> None:
@@ -195,18 +202,26 @@ class CupidSpec:
 
     # --- results ------------------------------------------------------------------------------
     def summarize(self, records: Iterable[InstanceRecord], config: CupidConfig, seed: int) -> dict[str, Any]:
+        from personalign.benchmarks.cupid.steps import summarize
+
         return summarize(records, config.tasks, seed=seed)
 
     def summary_header(self, config: CupidConfig) -> dict[str, Any]:
         return {"task": config.task, "context": config.context}
 
     def print_summary(self, summary: Mapping[str, Any], run_dir: Path) -> None:
+        from personalign.benchmarks.cupid.report import print_run_summary
+
         print_run_summary(dict(summary), run_dir)
 
     def report_tables(self, run_dirs: Sequence[Path]) -> dict[str, Table]:
+        from personalign.benchmarks.cupid.report import build_report
+
         return build_report(run_dirs)
 
     def write_report(self, run_dirs: Sequence[Path], out: Path) -> str:
+        from personalign.benchmarks.cupid.report import build_report, write_report
+
         return write_report(build_report(run_dirs), out)
 
 

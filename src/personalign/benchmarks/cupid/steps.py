@@ -18,12 +18,18 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+# the config lives in config.py (light, for the spec); these names stay importable from here
+from personalign.benchmarks.cupid.config import EMBEDDED_SUBJECT_MAX_TOKENS as EMBEDDED_SUBJECT_MAX_TOKENS
+from personalign.benchmarks.cupid.config import SUBJECT_MAX_TOKENS as SUBJECT_MAX_TOKENS
+from personalign.benchmarks.cupid.config import SUBJECT_STEPS as SUBJECT_STEPS
+from personalign.benchmarks.cupid.config import TASKS as TASKS
+from personalign.benchmarks.cupid.config import CupidConfig as CupidConfig
+from personalign.benchmarks.cupid.config import default_subject_max_tokens as default_subject_max_tokens
 from personalign.benchmarks.cupid.context import (
-    CUPID_CONTEXTS,
     format_history,
     format_session,
     select_sessions,
@@ -32,7 +38,6 @@ from personalign.benchmarks.cupid.judges import (
     CHECKLIST_SCHEMA,
     GENERATION_JUDGE_SCHEMA,
     LABEL_SCORES,
-    MatcherFormat,
     MissingSection,
     format_checklist,
     match_schema,
@@ -45,10 +50,7 @@ from personalign.benchmarks.cupid.protocol import (
     PAPER_DECOMPOSER_MAX_TOKENS,
     PAPER_JUDGE_MAX_TOKENS,
     PAPER_MATCHER_MAX_TOKENS,
-    PAPER_SUBJECT_MAX_TOKENS,
-    SYSTEM_ROLES,
     CupidPaperPrompts,
-    SystemRole,
     format_interaction_log,
     paper_decompose_messages,
     paper_generate_messages,
@@ -63,21 +65,15 @@ from personalign.benchmarks.cupid.protocol import (
 from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
 from personalign.errors import ConfigError
 from personalign.llm.model import Model
-from personalign.llm.spec import EMBEDDED_DEFAULT
 from personalign.llm.types import GenerateConfig
 from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
 from personalign.metrics.prf import MatchCounts, instance_prf, pooled_prf
 from personalign.prompts import PromptTemplate, load_template
-from personalign.protocols.upstream import PROTOCOLS, Protocol
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 from personalign.runs.steps import StepFailed, StepRunner
 from personalign.types import Message, Session
 
 T = TypeVar("T")
-
-Task = Literal["inference", "generation", "both"]
-TASKS = ("inference", "generation", "both")
-SUBJECT_STEPS = ("infer", "generate")  # kept when re-scoring; summaries are kept too
 
 TEMPLATES = {
     "infer": "cupid/infer",
@@ -89,76 +85,6 @@ TEMPLATES = {
     "match_prefmatcher": "cupid/match_prefmatcher",
     "judge": "cupid/judge_generation",
 }
-
-
-SUBJECT_MAX_TOKENS = 1024
-# The bundled 135M model answers the inference format in 15-70 tokens, but now and then runs on
-# to the cap (a 1024-token ramble costs ~45 s on 2 cores); 256 leaves ample room for its answers.
-EMBEDDED_SUBJECT_MAX_TOKENS = 256
-
-
-def default_subject_max_tokens(subject: str, protocol: str = "personalign") -> int:
-    """The subject's max_tokens when the user sets none: the official 8192 under `paper`,
-    lower for the bundled local model."""
-    if protocol == "paper":
-        return PAPER_SUBJECT_MAX_TOKENS
-    return EMBEDDED_SUBJECT_MAX_TOKENS if subject == EMBEDDED_DEFAULT else SUBJECT_MAX_TOKENS
-
-
-# Context strategies the official evaluator has no prompt for (it formats raw dialogues only).
-PAPER_UNSUPPORTED_CONTEXTS = ("summaries", "gold-preference")
-
-
-@dataclass(frozen=True)
-class CupidConfig:
-    """Everything that defines a CUPID run's results (recorded in the manifest)."""
-
-    subject: str
-    decomposer: str
-    matcher: str
-    judge: str
-    task: Task = "inference"
-    context: str = "full"
-    matcher_format: MatcherFormat = "default"
-    subject_max_tokens: int = SUBJECT_MAX_TOKENS
-    judge_max_tokens: int = 1024
-    reasks: int = 1
-    protocol: Protocol = "personalign"
-    # Role of the judges' system message under `paper`: upstream sends OpenAI's `developer`.
-    system_role: SystemRole = "system"
-
-    def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ConfigError(f"unknown protocol {self.protocol!r} (paper | personalign)")
-        if self.system_role not in SYSTEM_ROLES:
-            raise ConfigError(f"unknown system role {self.system_role!r} (system | developer)")
-        if self.protocol == "paper" and self.context in PAPER_UNSUPPORTED_CONTEXTS:
-            raise ConfigError(
-                f"context {self.context!r} has no official prompt; use --protocol personalign with it"
-            )
-        if self.task not in TASKS:
-            raise ConfigError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
-        if self.context not in CUPID_CONTEXTS:
-            raise ConfigError(f"unknown context {self.context!r} (choose from {', '.join(CUPID_CONTEXTS)})")
-        if self.context == "gold-preference" and self.task != "generation":
-            raise ConfigError(
-                "context 'gold-preference' gives the answer away; use it with --task generation"
-            )
-        if self.matcher_format not in ("default", "prefmatcher"):
-            raise ConfigError("matcher format must be 'default' or 'prefmatcher'")
-
-    @property
-    def truncation(self) -> Literal["score", "error"]:
-        """What a reply cut at max_tokens becomes: `paper` scores the text it got (as upstream
-        does), `personalign` records an error."""
-        return "score" if self.protocol == "paper" else "error"
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        return ("inference", "generation") if self.task == "both" else (self.task,)
-
-    def to_record(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def prompt_hashes() -> dict[str, str]:

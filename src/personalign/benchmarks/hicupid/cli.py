@@ -13,6 +13,7 @@ from personalign.cli_common import cli_errors, console
 from personalign.errors import ConfigError, PersonalignError
 from personalign.protocols.upstream import resolve_protocol
 from personalign.redact import safe
+from personalign.runs.spec import Option, ProtocolShow
 
 # The command bodies import HiCUPID's modules when they run: CLI start-up speed (docs/architecture.md).
 
@@ -178,3 +179,12 @@ def show_hicupid(
 
 def register(app: typer.Typer, run_app: typer.Typer) -> None:
     run_app.command("hicupid-retrieval")(run_retrieval_cmd)
+
+
+PROTOCOL_SHOW = ProtocolShow(
+    show_hicupid,
+    options=(Option("answer", "str", "The model answer to put in the judge's prompt.", "<model answer>"),),
+    instance_help="Question id, e.g. 'test_1/0#2'.",
+    setting_help="KEY=VALUE (repeatable) for context, instruction_role, shots, bm25, embedder, "
+    "judge_format, slot.",
+)

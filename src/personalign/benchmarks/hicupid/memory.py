@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from personalign.benchmarks.hicupid.data import load_hicupid
 from personalign.benchmarks.hicupid.history import (
+    PAPER_K,
     ContextOptions,
     ContextSelection,
     HistoryUnit,
@@ -23,12 +25,13 @@ from personalign.benchmarks.hicupid.history import (
     flatten,
     hits_by_type,
 )
-from personalign.benchmarks.hicupid.schema import HiCupidHistory, HiCupidQA
+from personalign.benchmarks.hicupid.schema import TEST_SPLITS, HiCupidHistory, HiCupidQA
 from personalign.errors import ConfigError
 from personalign.history import approx_tokens
 from personalign.memory.engine import MemoryEngine, RetrievalConfig
 from personalign.memory.strategy import USER, build_engine, shared_embedder
 from personalign.retrieval import CachedEmbedder, Embedder, EmbeddingCache
+from personalign.runs.spec import MemoryEvalResult
 
 MEMORY_K = 3  # `memory` alone: the middle of the paper's dialogue-level K (1, 3, 5)
 HICUPID_METHODS = ("recent", "bm25", "dense", "memory")
@@ -218,3 +221,19 @@ def format_hicupid_table(summary: dict[str, Any]) -> str:
                     cells.append(f"{100 * value:.1f}")
             lines.append(f"| {method} | {k} | {row['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def memory_eval(
+    data: str, *, k: int | None, embedder: str, methods: Sequence[str] | None
+) -> MemoryEvalResult:
+    """`personalign memory-eval --format hicupid` (the spec's `memory_eval` hook): Hit@k on the test
+    splits, at the paper's dialogue k values (1, 3, 5) unless `k` is given."""
+    hicupid = load_hicupid(data)
+    summary = evaluate_hicupid(
+        hicupid.histories,
+        hicupid.questions(TEST_SPLITS),
+        ks=PAPER_K["dialogue"] if k is None else (k,),
+        options=ContextOptions(embedder=embedder),
+        methods=tuple(methods or HICUPID_METHODS),
+    )
+    return MemoryEvalResult(hicupid.source, hicupid.sha256, summary, format_hicupid_table(summary))

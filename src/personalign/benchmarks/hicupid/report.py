@@ -19,6 +19,8 @@ from personalign.benchmarks.hicupid.steps import TASK, summarize
 from personalign.errors import ConfigError
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
+from personalign.report.plots import Series, grouped_bars
+from personalign.report.sections import Figure, Section, ci_pair
 from personalign.report.tables import NA, Cell, Table
 from personalign.retrieval.dense import DEFAULT_EMBEDDER
 from personalign.runs.store import RunDir
@@ -247,3 +249,38 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
         console.print(f"[yellow]first error: {safe(first[0])}: {safe(first[1][:300])}[/]")
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")
+
+
+def html_section(paths: Sequence[Path]) -> Section:
+    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
+    `build_report` and its plot (the spec's `html_section` hook)."""
+    tables = build_report(paths)
+    section = Section("hicupid", "HiCUPID", [t for t in tables.values() if t.rows])
+    kinds = list(TYPE_COLUMNS)
+    groups = [*TYPE_COLUMNS.values(), "Total"]
+    series: list[Series] = []
+    for path in paths:
+        manifest, summary = load_summary(path)
+        overall = (summary.get(TASK) or {}).get("all") or {}
+        if not overall.get("n"):
+            continue
+        by_type = overall.get("by_type", {})
+        values: list[float | None] = [
+            None if (by_type.get(k) or {}).get("mean") is None else 100 * by_type[k]["mean"] for k in kinds
+        ]
+        cis = [ci_pair((by_type.get(k) or {}).get("ci"), 100.0) for k in kinds]
+        total = overall.get("total")
+        values.append(None if total is None else 100 * total)
+        cis.append(None)
+        series.append(Series(row_name(manifest), values, cis))
+    if series:
+        section.figures.append(
+            Figure(
+                "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type",
+                "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
+                "multi-info questions and the total, one bar per run; the same numbers are in the "
+                "tables above.",
+                grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100)),
+            )
+        )
+    return section

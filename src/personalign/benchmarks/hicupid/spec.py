@@ -48,6 +48,12 @@ class HiCupidSpec:
     """HiCUPID (Mok et al., 2025): answer from a long dialogue history; A/B and YES/NO judges."""
 
     name = "hicupid"
+    # Its section of `personalign report --html` (tables and plot), loaded when a page is built.
+    html_section = "personalign.benchmarks.hicupid.report:html_section"
+    # `personalign protocol show hicupid`: the exact messages a run sends for one item.
+    protocol_show = "personalign.benchmarks.hicupid.cli:PROTOCOL_SHOW"
+    # `personalign memory-eval --format hicupid`: the memory engine's retrieval against baselines.
+    memory_eval = "personalign.benchmarks.hicupid.memory:memory_eval"
     # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
     upstream = "personalign.benchmarks.hicupid.protocol:SOURCE"
     title = "HiCUPID: answer from a long history; A/B and YES/NO judges"

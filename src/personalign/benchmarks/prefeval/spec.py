@@ -41,6 +41,8 @@ class PrefEvalSpec:
     """PrefEval (Zhao et al., ICLR 2025): follow a preference stated earlier in a long conversation."""
 
     name = "prefeval"
+    # Its section of `personalign report --html` (tables and plot), loaded when a page is built.
+    html_section = "personalign.benchmarks.prefeval.report:html_section"
     # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
     upstream = "personalign.benchmarks.prefeval.protocol:SOURCE"
     title = "PrefEval: follow a preference stated earlier in a long conversation"

@@ -1,0 +1,47 @@
+"""One benchmark's part of the HTML report (`personalign report --html`): its tables, plots and notes.
+
+Each benchmark folder builds its own `Section` (its spec's optional `html_section` hook, e.g.
+`benchmarks/cupid/report.py:html_section`); the page (`view/report_html.py`) lays them out.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from personalign.report.tables import Table
+
+
+@dataclass
+class Figure:
+    """An inline SVG plot with its caption and alt text."""
+
+    caption: str
+    alt: str
+    svg: str
+
+
+@dataclass
+class Section:
+    """One benchmark's part of the page: its tables, plots and notes."""
+
+    benchmark: str
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def ci_pair(value: Any, scale: float = 1.0) -> tuple[float, float] | None:
+    """A summary's `[low, high]` CI scaled for a plot (None when absent)."""
+    return (scale * float(value[0]), scale * float(value[1])) if value else None
+
+
+def plot_svg(plot: Callable[[Path], list[Path]]) -> str:
+    """The SVG text of a benchmark report's own plot function, which writes its files into a folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        written = plot(Path(tmp))
+        return next(p for p in written if p.suffix == ".svg").read_text(encoding="utf-8")
