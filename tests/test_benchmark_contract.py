@@ -111,3 +111,42 @@ def test_a_benchmark_from_outside_the_package_runs_end_to_end(tiny_entry_point: 
     _contract("tiny", tmp_path)
     output = _invoke("run", "tiny", "--help")
     assert "--style" in output and "--only" in output
+
+
+def test_an_outside_benchmark_plugs_into_every_registry_driven_command(
+    tiny_entry_point: None, tmp_path: Path
+) -> None:
+    """report --html, memory-eval, protocol show and agree find an installed benchmark's hooks
+    through the registry: no command names a benchmark."""
+    run_dir, cache = tmp_path / "run", tmp_path / "calls.sqlite"
+    _invoke(*_run_args("tiny", run_dir, cache))
+    rescored = tmp_path / "rescored"
+    _invoke("rescore", str(run_dir), "--judge", "scripted/other", "--run-dir", str(rescored), "--no-progress")
+
+    page = tmp_path / "page.html"
+    _invoke("report", str(run_dir), str(rescored), "--out", str(tmp_path / "report"), "--html", str(page))
+    assert "tiny section over 2 run(s)" in page.read_text(encoding="utf-8")
+
+    out = tmp_path / "eval.json"
+    table = _invoke("memory-eval", "--format", "tiny", "--k", "3", "--embedder", "hash", "--out", str(out))
+    assert "| tiny | k 3 | hash | 4 questions |" in table
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["summary"]["data"]["source"] == "fixture:tiny" and len(written["instances"]) == 4
+
+    shown = _invoke("protocol", "show", "tiny", "--instance", "q2", "--tone", "dry", "--setting", "judge")
+    assert shown.strip() == "[personalign; dry; judge] Name a colour of the sky."
+    assert "tiny" in _invoke("protocol", "show", "--help")
+
+    agreed = json.loads(_invoke("agree", str(run_dir), str(rescored)))
+    assert agreed["benchmark"] == "tiny" and agreed["groups"]["tiny/judge"]["n"] == 3
+
+
+def test_a_benchmark_without_the_hooks_gets_clear_errors(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _invoke(*_run_args("benchpres", run_dir, tmp_path / "calls.sqlite"))
+    result = runner.invoke(app, ["agree", str(run_dir), str(run_dir)])
+    assert result.exit_code == 2 and "agreement is not defined for 'benchpres' runs" in result.output
+    result = runner.invoke(app, ["memory-eval", "--format", "benchpres"])
+    assert result.exit_code == 2 and "benchmarks with a memory evaluation: cupid, hicupid" in result.output
+    result = runner.invoke(app, ["protocol", "show", "benchpres", "--instance", "x"])
+    assert result.exit_code == 2 and "No such command 'benchpres'" in result.output

@@ -19,11 +19,13 @@ from personalign import registry
 from personalign.errors import ConfigError
 from personalign.llm.spec import subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
+from personalign.runs.agree import agreement as judge_agreement
 from personalign.runs.lifecycle import RunResult, RunSettings, rescore_benchmark, run_benchmark
+from personalign.runs.schema import benchmark_of
 from personalign.runs.spec import BenchmarkSpec, Option, role_specs
 from personalign.runs.store import RunDir
 
-__all__ = ["RunResult", "list_benchmarks", "rescore", "run"]
+__all__ = ["RunResult", "agreement", "list_benchmarks", "rescore", "run"]
 
 
 def list_benchmarks() -> list[str]:
@@ -143,7 +145,7 @@ def rescore(
     """Re-judge the run at `path` with another `judge` (or other judging roles in `models`, or the
     benchmark's rescore options) into a new run directory, reusing the subject's saved outputs."""
     manifest = RunDir(path).read_manifest()
-    spec = registry.get(str(manifest.get("benchmark", "cupid")))
+    spec = registry.get(benchmark_of(manifest))
     roles = dict(models or {}, **({"judge": judge} if judge is not None else {}))
     rescorable = {r.name for r in spec.roles if r.rescorable}
     fixed = sorted(set(roles) - rescorable)
@@ -166,3 +168,11 @@ def rescore(
     return rescore_benchmark(
         spec, Path(path), settings, models=roles, options={**config_options, **selection_options}, data=data
     )
+
+
+def agreement(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
+    """Cohen's kappa and raw agreement between two runs' judges, as `personalign agree` prints it,
+    by the rule of the runs' benchmark (its spec's optional `agreement` hook)."""
+    name = benchmark_of(RunDir(run_a).read_manifest())
+    target = getattr(registry.get(name), "agreement", None) if registry.has(name) else None
+    return judge_agreement(Path(run_a), Path(run_b), registry.load_target(target) if target else None)

@@ -278,9 +278,10 @@ def _run_callback(spec: AnySpec) -> Callable[..., None]:
 
 
 def _manifest_benchmark(run: Path) -> str:
+    from personalign.runs.schema import benchmark_of
     from personalign.runs.store import RunDir
 
-    return str(RunDir(run).read_manifest().get("benchmark", "cupid"))  # runs before the field: CUPID
+    return benchmark_of(RunDir(run).read_manifest())
 
 
 def _rescore_extras(spec: AnySpec, run: Path, args: Sequence[str]) -> dict[str, Any]:
@@ -392,7 +393,7 @@ def validate(
     ],
     benchmark: Annotated[
         str, typer.Option("--benchmark", "-b", help="A registered benchmark (personalign run --help).")
-    ] = "cupid",
+    ] = registry.DEFAULT_BENCHMARK,
 ) -> None:
     """Check data against a benchmark's official schema and print what it holds."""
     with cli_errors():
@@ -409,7 +410,7 @@ def agree(
     out: Annotated[Path | None, typer.Option(help="Also write the result as JSON here.")] = None,
 ) -> None:
     """Cohen's kappa and raw agreement between two runs' judges on the same generations."""
-    from personalign.runs.agree import agreement
+    from personalign.api import agreement
 
     with cli_errors():
         result = agreement(run_a, run_b)

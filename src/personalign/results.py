@@ -19,6 +19,7 @@ from typing import Any
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 from personalign.runs.schema import (
     SCHEMA_VERSION,
+    UNNAMED_RUN_BENCHMARK,
     DataSection,
     NewerSchemaError,
     RescoredFrom,
@@ -60,7 +61,7 @@ class LoadedRun:
     @property
     def benchmark(self) -> str:
         """The benchmark's registry name (manifests written before it was recorded were CUPID's)."""
-        return self.manifest.benchmark or "cupid"
+        return self.manifest.benchmark or UNNAMED_RUN_BENCHMARK
 
 
 def load_run(path: str | Path) -> LoadedRun:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from personalign.api import agreement
 from personalign.benchmarks.cupid.run import RunSettings, rescore_cupid, run_cupid
 from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.benchmarks.hicupid.data import load_hicupid
@@ -21,7 +22,6 @@ from personalign.errors import ConfigError, ModelCallError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.prompts import load_template
-from personalign.runs.agree import agreement
 from personalign.runs.store import RunDir
 from personalign.types import Message
 

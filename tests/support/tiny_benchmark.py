@@ -15,9 +15,11 @@ from personalign.errors import ConfigError
 from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
 from personalign.llm.types import GenerateConfig
+from personalign.report.sections import Section
+from personalign.runs.agree import AgreementRule, Labels, ok_step, same_step
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 from personalign.runs.runner import Evaluator
-from personalign.runs.spec import Option, Role, RunContext, Selection
+from personalign.runs.spec import MemoryEvalResult, Option, ProtocolShow, Role, RunContext, Selection
 from personalign.runs.steps import StepFailed, StepRunner
 from personalign.types import Message
 
@@ -108,8 +110,55 @@ class TinyEvaluator:
         return record
 
 
+def html_section(paths: Sequence[Path]) -> Section:
+    """The `html_section` hook: a section naming how many runs it covers."""
+    return Section("tiny", "Tiny", notes=[f"tiny section over {len(paths)} run(s)"])
+
+
+def memory_eval(
+    data: str, *, k: int | None, embedder: str, methods: Sequence[str] | None
+) -> MemoryEvalResult:
+    """The `memory_eval` hook: echoes its arguments in a one-row table."""
+    loaded = _load(data)
+    summary = {"k": k or 1, "embedder": embedder, "methods": list(methods or ["recent"])}
+    table = f"| tiny | k {summary['k']} | {embedder} | {len(loaded.items)} questions |"
+    instances = [{"id": i.id} for i in loaded.items]
+    return MemoryEvalResult(loaded.source, loaded.sha256, summary, table, instances)
+
+
+def _show(
+    instance: str, settings: list[str], *, protocol: str, protocol_dir: Path | None, data: str, tone: str
+) -> str:
+    item = next((i for i in _load(data).items if i.id == instance), None)
+    if item is None:
+        raise ConfigError(f"no question {instance!r}")
+    return f"[{protocol}; {tone}; {','.join(settings) or 'all'}] {item.question}"
+
+
+PROTOCOL_SHOW = ProtocolShow(_show, options=(Option("tone", "str", "A tone for the preview.", "plain"),))
+
+
+def _pairs(a: InstanceRecord, b: InstanceRecord, into: tuple[Labels, Labels]) -> bool:
+    if not same_step(a, b, "answer"):
+        return False
+    ja, jb = ok_step(a.steps, "judge"), ok_step(b.steps, "judge")
+    if ja is not None and jb is not None:
+        into[0].setdefault("tiny/judge", []).append((a.instance_id, ja.parsed))
+        into[1].setdefault("tiny/judge", []).append((a.instance_id, jb.parsed))
+    return True
+
+
+AGREEMENT = AgreementRule(_pairs)
+
+
 class TinySpec:
     name = "tiny"
+    # the optional registry-driven hooks, each an import path (report --html, memory-eval,
+    # protocol show, agree)
+    html_section = "tests.support.tiny_benchmark:html_section"
+    memory_eval = "tests.support.tiny_benchmark:memory_eval"
+    protocol_show = "tests.support.tiny_benchmark:PROTOCOL_SHOW"
+    agreement = "tests.support.tiny_benchmark:AGREEMENT"
     title = "Tiny: a plug-in benchmark from outside the package (tests)"
     item_noun = "questions"
     default_seed = 0

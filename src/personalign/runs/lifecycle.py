@@ -386,7 +386,7 @@ def rescore_benchmark(
     directory: the steps `spec.kept_on_rescore` names are reused, every other step runs again."""
     old_dir = RunDir(source)
     manifest = old_dir.read_manifest()
-    if manifest.get("benchmark", "cupid") != spec.name:
+    if schema.benchmark_of(manifest) != spec.name:
         raise ConfigError(
             f"{source} is not a {spec.name} run (its manifest says {manifest.get('benchmark')!r})"
         )

@@ -11,6 +11,7 @@ JSON Schemas in docs/schema/ are generated from these models (scripts/export_sch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -23,6 +24,16 @@ SCHEMA_VERSION = 1
 UPGRADE_HINT = "upgrade personalign (pip install -U personalign) to read it"
 
 RunStatus = Literal["complete", "complete_with_errors", "stopped_budget", "interrupted"]
+
+
+# Run directories written before the manifest named its benchmark (schema version 0) are CUPID runs:
+# CUPID was the only benchmark then.
+UNNAMED_RUN_BENCHMARK = "cupid"
+
+
+def benchmark_of(manifest: Mapping[str, Any]) -> str:
+    """The benchmark a run's manifest names (`UNNAMED_RUN_BENCHMARK` for a manifest without one)."""
+    return str(manifest.get("benchmark") or UNNAMED_RUN_BENCHMARK)
 
 
 class NewerSchemaError(ConfigError):

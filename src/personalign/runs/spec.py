@@ -33,6 +33,10 @@ Optional hooks (a spec defines them only when it needs them; the lifecycle and C
 - ``memory_eval: str``: ``"module:function"`` of ``memory_eval(data, *, k, embedder, methods) ->
   MemoryEvalResult``, the judge-free retrieval quality of the memory engine against baselines on the
   benchmark's data (``personalign memory-eval --format <name>``).
+- ``view_messages: str``: ``"module:Class"``; ``Class(manifest)`` has ``manifest`` and ``render(record)
+  -> RenderedMessages``, the messages each step of a saved record sent (``personalign view``'s
+  instance page); without it the page says the messages are not rebuilt.
+- ``agreement: str``: ``"module:attribute"`` of a `runs.agree.AgreementRule` (``personalign agree``).
 - ``protocol_show: str``: ``"module:attribute"`` of a `ProtocolShow` (its options and a function
   returning the text): ``personalign protocol show <name>`` prints the exact messages a run sends.
 
@@ -291,3 +295,12 @@ class ProtocolShow:
     options: tuple[Option, ...] = ()
     instance_help: str = "Instance id."
     setting_help: str = "Which steps or settings to show (repeatable)."
+
+
+@dataclass(frozen=True)
+class RenderedMessages:
+    """What a `view_messages` renderer returns for one record: step name -> (role, content) messages,
+    or `reason` why none could be rebuilt."""
+
+    steps: dict[str, list[tuple[str, str]]]
+    reason: str | None = None

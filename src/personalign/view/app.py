@@ -20,8 +20,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from personalign import registry
 from personalign.redact import redact_text
-from personalign.view.messages import CupidMessages, Rendered
+from personalign.runs.spec import RenderedMessages
 from personalign.view.runs_index import (
     RunIndex,
     RunsRoot,
@@ -63,17 +64,20 @@ def create_app(root: Path) -> Starlette:
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     runs = RunsRoot(root)
-    renderers: dict[str, CupidMessages] = {}
+    renderers: dict[str, Any] = {}
 
-    def messages(run_id: str, run: RunIndex, record: dict[str, Any]) -> Rendered:
-        if run.benchmark != "cupid":
-            return Rendered(
-                {}, f"{run.benchmark} runs store prompt names and hashes; messages are not rebuilt"
-            )
+    def messages(run_id: str, run: RunIndex, record: dict[str, Any]) -> RenderedMessages:
         renderer = renderers.get(run_id)
         if renderer is None or renderer.manifest is not run.manifest:
-            renderer = renderers[run_id] = CupidMessages(run.manifest)
-        return renderer.render(record)
+            # the benchmark's own renderer (its spec's optional `view_messages` hook)
+            spec = registry.get(run.benchmark) if registry.has(run.benchmark) else None
+            target = getattr(spec, "view_messages", None)
+            if target is None:
+                return RenderedMessages(
+                    {}, f"{run.benchmark} runs store prompt names and hashes; messages are not rebuilt"
+                )
+            renderer = renderers[run_id] = registry.load_target(target)(run.manifest)
+        return renderer.render(record)  # type: ignore[no-any-return]
 
     env = Environment(
         loader=PackageLoader("personalign.view", "templates"),

@@ -21,6 +21,7 @@ from personalign.redact import redact_text
 from personalign.report.sections import Figure as Figure
 from personalign.report.sections import Section
 from personalign.report.tables import Cell, Table
+from personalign.runs.schema import benchmark_of
 from personalign.runs.store import RunDir
 
 
@@ -40,9 +41,7 @@ def read_runs(paths: Sequence[Path]) -> list[RunInfo]:
     for path in paths:
         run = RunDir(path)
         manifest = run.read_manifest()
-        runs.append(
-            RunInfo(str(path), str(manifest.get("benchmark") or "cupid"), manifest, run.read_summary())
-        )
+        runs.append(RunInfo(str(path), benchmark_of(manifest), manifest, run.read_summary()))
     return runs
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from personalign.errors import ConfigError
+from personalign.runs.schema import benchmark_of
 from personalign.runs.store import MANIFEST, SAMPLES, SUMMARY
 
 TYPE_KEYS = ("instance_type", "type", "domain")
@@ -106,7 +107,7 @@ class RunIndex:
 
     @property
     def benchmark(self) -> str:
-        return str(self.manifest.get("benchmark") or "cupid")
+        return benchmark_of(self.manifest)
 
     @property
     def expected(self) -> int | None:

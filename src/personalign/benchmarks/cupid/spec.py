@@ -35,6 +35,10 @@ class CupidSpec:
     name = "cupid"
     # Its section of `personalign report --html` (tables and plot), loaded when a page is built.
     html_section = "personalign.benchmarks.cupid.report:html_section"
+    # `personalign view`: the messages each step of a saved record sent, rebuilt from the data.
+    view_messages = "personalign.benchmarks.cupid.view:CupidMessages"
+    # `personalign agree`: which judge labels two runs of it are compared on.
+    agreement = "personalign.benchmarks.cupid.agree:AGREEMENT"
     # `personalign protocol show cupid`: the exact messages a run sends for one item.
     protocol_show = "personalign.benchmarks.cupid.show:PROTOCOL_SHOW"
     # `personalign memory-eval --format cupid`: the memory engine's retrieval against baselines.

@@ -50,6 +50,8 @@ class HiCupidSpec:
     name = "hicupid"
     # Its section of `personalign report --html` (tables and plot), loaded when a page is built.
     html_section = "personalign.benchmarks.hicupid.report:html_section"
+    # `personalign agree`: which judge labels two runs of it are compared on.
+    agreement = "personalign.benchmarks.hicupid.agree:AGREEMENT"
     # `personalign protocol show hicupid`: the exact messages a run sends for one item.
     protocol_show = "personalign.benchmarks.hicupid.cli:PROTOCOL_SHOW"
     # `personalign memory-eval --format hicupid`: the memory engine's retrieval against baselines.

@@ -1,26 +1,23 @@
-"""The messages a CUPID run sent for one instance, rebuilt for the viewer's instance page.
+"""The messages a CUPID run sent for one instance, rebuilt for the viewer's instance page (the spec's
+`view_messages` hook, read by `personalign view`).
 
 A run stores each step's prompt name and hash, not the rendered messages. For CUPID the prompts are
 pure functions of the run's config, the instance and earlier outputs (`steps.show_calls`, which
 `personalign protocol show` prints), so the viewer renders them again from the run's data source
-and the outputs the record holds. It says why when it cannot: another benchmark, data that cannot
-be read offline or whose checksum changed, or the `summaries` context (its history took model calls).
+and the outputs the record holds. It says why when it cannot: data that cannot be read offline or
+whose checksum changed, or the `summaries` context (its history took model calls).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from personalign.benchmarks.cupid.config import CupidConfig
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.protocol import load_paper_prompts
+from personalign.benchmarks.cupid.steps import CupidPrompts, show_calls
 from personalign.errors import PersonalignError
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """Step name -> list of (role, content) messages, or `reason` why none could be rebuilt."""
-
-    steps: dict[str, list[tuple[str, str]]]
-    reason: str | None = None
+from personalign.runs.spec import RenderedMessages
 
 
 class CupidMessages:
@@ -31,10 +28,6 @@ class CupidMessages:
         self._state: tuple[Any, dict[str, Any]] | str | None = None
 
     def _load(self) -> tuple[Any, dict[str, Any]] | str:
-        from personalign.benchmarks.cupid.data import load_cupid
-        from personalign.benchmarks.cupid.protocol import load_paper_prompts
-        from personalign.benchmarks.cupid.steps import CupidConfig, CupidPrompts
-
         data = self.manifest.get("data") or {}
         source = str(data.get("source") or "")
         try:
@@ -49,18 +42,16 @@ class CupidMessages:
             return f"{source} changed since the run (sha256 differs); its messages are not rebuilt"
         return CupidPrompts(config, paper), {i.id: i for i in dataset.instances}
 
-    def render(self, record: dict[str, Any]) -> Rendered:
+    def render(self, record: dict[str, Any]) -> RenderedMessages:
         """The messages of every step of `record` that a run would have sent."""
-        from personalign.benchmarks.cupid.steps import show_calls
-
         if self._state is None:
             self._state = self._load()
         if isinstance(self._state, str):
-            return Rendered({}, self._state)
+            return RenderedMessages({}, self._state)
         prompts, instances = self._state
         instance = instances.get(str(record.get("instance_id")))
         if instance is None:
-            return Rendered({}, "the instance is not in the run's data source any more")
+            return RenderedMessages({}, "the instance is not in the run's data source any more")
         steps = record.get("steps") or {}
 
         def parsed(name: str) -> Any:
@@ -77,6 +68,6 @@ class CupidMessages:
             checklist=[str(c) for c in checklist] if isinstance(checklist, list) else [],
             response=str(response),
         )
-        return Rendered(
+        return RenderedMessages(
             {step: [(m.role, m.content) for m in call.messages] for step, _, call in calls if step in steps}
         )
