@@ -12,6 +12,11 @@ PYTHONPATH pointing at the tree's `src/`):
 
 Wall and CPU time (user + system of the process) are both printed: where other work shares the
 cores the wall time mostly measures the queue, and the CPU time is the figure to compare.
+
+Both trees are copied into a temporary folder without `__pycache__`, so they run alike with respect
+to bytecode: by default each tree's `.pyc` files are written by its first (building) run and read
+afterwards, as an installed package runs; with `--no-bytecode-cache` no `.pyc` is written and every
+process compiles the personalign sources it imports (~0.1 s more per measure, either tree).
 The baseline tree is `git archive` of `--baseline` (a commit) unpacked in a temporary folder, or
 `--baseline-dir` (a checkout holding `src/personalign`). Prints each median and the ratio
 this tree / baseline.
@@ -23,6 +28,7 @@ import argparse
 import io
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,8 +50,16 @@ def personalign(tree: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "personalign", *args]
 
 
+BYTECODE_CACHE = True  # main() sets it from --no-bytecode-cache
+
+
 def env_for(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tree / "src"), "NO_COLOR": "1"}
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "NO_COLOR": "1"}
+    if BYTECODE_CACHE:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 
 def once(tree: Path, args: list[str]) -> tuple[float, float]:
@@ -118,21 +132,28 @@ def main() -> None:
     parser.add_argument("--baseline-dir", type=Path, help="A checkout to compare with instead.")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--instances", type=int, default=756)
+    parser.add_argument(
+        "--no-bytecode-cache", action="store_true", help="Write no .pyc (compile at every start)."
+    )
     args = parser.parse_args()
+    global BYTECODE_CACHE
+    BYTECODE_CACHE = not args.no_bytecode_cache
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         data = tmp / "instances.jsonl"
         generate_instances(args.instances, data)
         old_tree = args.baseline_dir or unpack(args.baseline, tmp / "baseline")
+        new_tree = tmp / "this"
+        shutil.copytree(ROOT / "src", new_tree / "src", ignore=shutil.ignore_patterns("__pycache__"))
         label = str(args.baseline_dir or args.baseline)
-        medians = measure({"old": old_tree, "new": ROOT}, data, tmp, args.runs)
+        medians = measure({"old": old_tree, "new": new_tree}, data, tmp, args.runs)
         old, new = medians["old"], medians["new"]
 
     load = os.getloadavg()[0]
     print(
         f"median of {args.runs} processes each; {args.instances} CUPID instances; "
-        f"baseline {label}; load {load:.1f}"
+        f"baseline {label}; load {load:.1f}; bytecode {'cached' if BYTECODE_CACHE else 'not written'}"
     )
     print(
         f"{'measure':<15}{'wall: baseline':>15}{'this':>8}{'ratio':>7}"

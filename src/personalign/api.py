@@ -19,7 +19,6 @@ from personalign import registry
 from personalign.errors import ConfigError
 from personalign.llm.spec import subject_and_judge
 from personalign.protocols.upstream import resolve_protocol
-from personalign.runs.agree import agreement as judge_agreement
 from personalign.runs.lifecycle import RunResult, RunSettings, rescore_benchmark, run_benchmark
 from personalign.runs.schema import benchmark_of
 from personalign.runs.spec import BenchmarkSpec, Option, role_specs
@@ -173,6 +172,9 @@ def rescore(
 def agreement(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     """Cohen's kappa and raw agreement between two runs' judges, as `personalign agree` prints it,
     by the rule of the runs' benchmark (its spec's optional `agreement` hook)."""
+    # imported here for start-up speed: runs.agree loads the metrics (numpy), which `run` never needs
+    from personalign.runs.agree import agreement as judge_agreement
+
     name = benchmark_of(RunDir(run_a).read_manifest())
     target = getattr(registry.get(name), "agreement", None) if registry.has(name) else None
     return judge_agreement(Path(run_a), Path(run_b), registry.load_target(target) if target else None)

@@ -167,12 +167,12 @@ def test_budget_stop_exits_3_from_the_cli(tmp_path: Path) -> None:
 
 
 def test_refused_run_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from personalign.benchmarks.cupid import spec as cupid_spec
+    from personalign.benchmarks.cupid import steps as cupid_steps  # the spec's evaluator hook reads it here
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise ConfigError("refused after the run was opened")
 
-    monkeypatch.setattr(cupid_spec, "CupidBenchmark", refuse)
+    monkeypatch.setattr(cupid_steps, "CupidBenchmark", refuse)
     target = tmp_path / "new" / "run"
     with pytest.raises(ConfigError, match="refused"):
         run_cupid(CONFIG, RunSettings(run_dir=target, cache_path=tmp_path / "c.sqlite", progress=False))
