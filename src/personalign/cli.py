@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 from personalign import registry
 from personalign.cli_common import (
     EXIT_INTERRUPTED,
+    BatchOpt,
     CacheOpt,
     MaxCostOpt,
     MaxErrorRateOpt,
@@ -207,6 +208,7 @@ def _shared_params(spec: AnySpec) -> list[inspect.Parameter]:
         _param("no_cache", NoCacheOpt, False),
         _param("progress", ProgressOpt, True),
         _param("max_error_rate", MaxErrorRateOpt, 1.0),
+        _param("batch", BatchOpt, False),
     ]
 
 
@@ -309,6 +311,7 @@ def rescore(
     progress: ProgressOpt = True,
     max_error_rate: MaxErrorRateOpt = 1.0,
     protocol_dir: ProtocolDirOpt = None,
+    batch: BatchOpt = False,
 ) -> None:
     """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
 
@@ -333,6 +336,7 @@ def rescore(
             cache=cache,
             progress=progress,
             protocol_dir=protocol_dir,
+            batch=batch,
             **options,
         )
     spec.print_summary(result.summary, result.run_dir.path)

@@ -6,7 +6,9 @@ Batches, with delays, per-request errors, missing/extra/garbled/out-of-order lin
         spec = f"anthropic/m@{srv.root_url}"              # Anthropic shapes under /v1/messages/batches
 
 A job is `delay` seconds in progress after creation, then ends. Answers echo the last message
-(``reply to: <text>``). `stats` records every upload, create (with its custom_ids), poll and
+(``reply to: <text>``), or come from `responder` (as `StubServer`'s do, e.g. the scripted
+model's `default_responder`, so a batch run and a direct run against the stub get the same
+replies). `stats` records every upload, create (with its custom_ids), poll and
 cancel, so tests can prove nothing was submitted twice.
 """
 
@@ -26,7 +28,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.support.stub_server import UVICORN_OPTIONS
+from personalign.llm.backends.scripted import Responder
+from personalign.llm.types import GenerateConfig
+from personalign.types import Message
+from tests.support.stub_server import UVICORN_OPTIONS, chat_request
 
 
 @dataclass
@@ -73,9 +78,30 @@ def _reply(body: dict[str, Any]) -> tuple[str, int, int]:
     return text, prompt, len(text.split())
 
 
+def _responder_reply(responder: Responder, kind: str, body: dict[str, Any]) -> tuple[str, str]:
+    """The responder's text and finish reason for an OpenAI or Anthropic request body."""
+    if kind == "openai":
+        messages, config = chat_request(body)
+    else:
+        system = [Message(role="system", content=body["system"])] if body.get("system") else []
+        tools = body.get("tools") or []
+        config = GenerateConfig(
+            temperature=body.get("temperature") or 0.0,
+            max_tokens=body.get("max_tokens") or 1024,
+            json_schema=tools[0]["input_schema"] if tools else None,
+            schema_name=tools[0]["name"] if tools else "output",
+        )
+        messages = system + [Message(role=m["role"], content=m["content"]) for m in body["messages"]]
+    reply = responder(messages, config)
+    return (reply, "stop") if isinstance(reply, str) else (reply.text, reply.finish_reason or "stop")
+
+
 class BatchServer:
-    def __init__(self, *, delay: float = 0.3, faults: BatchFaults | None = None) -> None:
+    def __init__(
+        self, *, delay: float = 0.3, faults: BatchFaults | None = None, responder: Responder | None = None
+    ) -> None:
         self.delay = delay
+        self.responder = responder
         self.faults = faults or BatchFaults()
         self.stats = BatchStats()
         self._lock = threading.Lock()
@@ -197,15 +223,18 @@ class BatchServer:
             files["error"] = "\n".join(err) + "\n"
         return files
 
-    @staticmethod
-    def _answer_line(kind: str, cid: str, body: dict[str, Any]) -> str:
+    def _answer_line(self, kind: str, cid: str, body: dict[str, Any]) -> str:
         text, n_in, n_out = _reply(body)
+        finish = "stop"
+        if self.responder is not None:
+            text, finish = _responder_reply(self.responder, kind, body)
+            n_out = len(text.split())
         if kind == "openai":
             completion = {
                 "id": f"chatcmpl-{cid[:8]}",
                 "object": "chat.completion",
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
                 ],
                 "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
             }
@@ -217,11 +246,15 @@ class BatchServer:
                     "error": None,
                 }
             )
+        content: dict[str, Any] = {"type": "text", "text": text}
+        if self.responder is not None and body.get("tools"):
+            content = {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"]}
+            content["input"] = json.loads(text)
         message = {
             "id": f"msg_{cid[:8]}",
             "type": "message",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "content": [content],
+            "stop_reason": "max_tokens" if finish == "length" else "end_turn",
             "usage": {"input_tokens": n_in, "output_tokens": n_out},
         }
         return json.dumps({"custom_id": cid, "result": {"type": "succeeded", "message": message}})

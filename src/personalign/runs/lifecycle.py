@@ -15,8 +15,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from personalign.errors import ConfigError
 from personalign.llm import CallCache, ModelFactory, PriceTable, UsageTracker, default_cache_path
+from personalign.llm.batch import PollPolicy
 from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.runs import schema
+from personalign.runs.batching import BatchSession
 from personalign.runs.health import health_section
 from personalign.runs.heap import building_long_lived, long_lived_frozen
 from personalign.runs.manifest import environment, identity_hash, now
@@ -52,6 +54,10 @@ class RunSettings:
     progress: bool = True
     # Where the official prompt files are read for --protocol paper (their sha256 are pinned).
     protocol_dir: Path | None = None
+    # --batch: model calls through the providers' batch APIs, in rounds (runs/batching.py);
+    # batch_poll is the first polling interval in seconds (it grows x1.5 up to 120 s).
+    batch: bool = False
+    batch_poll: float = 5.0
 
     def selection_of(self) -> Selection:
         return Selection(self.limit, dict(self.selection))
@@ -159,8 +165,10 @@ async def execute(
     progress: bool,
     label: str,
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+    batch: BatchSession | None = None,
 ) -> RunOutcome:
-    """Evaluate `items` into `run_dir` (skipping finished ones), then close the factory's backends."""
+    """Evaluate `items` into `run_dir` (skipping finished ones; in rounds with `batch`), then close
+    the factory's backends."""
     bar = RunProgress(factory.tracker, total=len(items), label=label) if progress else None
     runner: Runner[T] = Runner(
         Reusing(evaluator, previous_steps) if previous_steps else evaluator,
@@ -173,8 +181,8 @@ async def execute(
     try:
         if bar:
             with bar:
-                return await runner.run(items)
-        return await runner.run(items)
+                return await (batch.run(runner, items) if batch else runner.run(items))
+        return await (batch.run(runner, items) if batch else runner.run(items))
     finally:
         await factory.aclose()
 
@@ -304,12 +312,15 @@ def run_benchmark(
             raise ConfigError(f"no {spec.item_noun} selected (check the selection options and --limit)")
         items = work_items(spec, config, items)
         factory = factory or make_factory(settings)
-        evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
+        batch = _batch_session(settings)
+        evaluator = _evaluator(spec, config, dataset, texts, settings, factory, batch)
         spec.check(evaluator, items)
         manifest = build_manifest(spec, config, dataset, settings, factory, texts)
         run_dir = run_dir_for(spec, config, manifest["identity"], settings)
         extra = {"selection": settings.selection_of().to_record()}
-        return _evaluate(spec, config, evaluator, items, run_dir, manifest, factory, settings, extra)
+        return _evaluate(
+            spec, config, evaluator, items, run_dir, manifest, factory, settings, extra, batch=batch
+        )
 
 
 def _evaluate(
@@ -323,8 +334,13 @@ def _evaluate(
     settings: RunSettings,
     extra: Mapping[str, Any],
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+    *,
+    batch: BatchSession | None = None,
 ) -> RunResult:
     """Open (or resume) the locked run directory, evaluate the items, write summary.json."""
+    if batch is not None:
+        batch.journal_root = run_dir.path / "batch"
+        manifest = {**manifest, "batch": True}
     with locked_run(run_dir, manifest):
         outcome = asyncio.run(
             execute(
@@ -336,18 +352,36 @@ def _evaluate(
                 progress=settings.progress,
                 label=spec.name,
                 previous_steps=previous_steps,
+                batch=batch,
             )
         )
         records, status = outcome.records, outcome.status
+        if batch is not None:
+            extra = {**extra, "batch": batch.record()}
         summary = write_summary(spec, run_dir, config, records, status, factory, settings.seed, extra)
     return RunResult(run_dir, outcome, summary)
 
 
 def _evaluator(
-    spec: AnySpec, config: Any, dataset: Any, texts: Any, settings: RunSettings, factory: ModelFactory
+    spec: AnySpec,
+    config: Any,
+    dataset: Any,
+    texts: Any,
+    settings: RunSettings,
+    factory: ModelFactory,
+    batch: BatchSession | None = None,
 ) -> Evaluator[Any]:
     models = {role: factory.get(s) for role, s in model_specs(spec, config).items()}
+    if batch is not None:
+        models = batch.wrap(models)
     return spec.evaluator(config, models, dataset, texts, settings.context())
+
+
+def _batch_session(settings: RunSettings) -> BatchSession | None:
+    """With --batch, the session that runs the evaluation in rounds (runs/batching.py)."""
+    if not settings.batch:
+        return None
+    return BatchSession(poll=PollPolicy(initial=settings.batch_poll))
 
 
 def rescore_benchmark(
@@ -382,7 +416,8 @@ def rescore_benchmark(
     settings = replace(settings, seed=int(manifest.get("seed", settings.seed)))
     factory = factory or make_factory(settings)
     texts = spec.protocol_texts(config, settings.context())
-    evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
+    batch = _batch_session(settings)
+    evaluator = _evaluator(spec, config, dataset, texts, settings, factory, batch)
     every = work_items(spec, config, spec.items(dataset))
     items = [item for item in every if evaluator.instance_id(item) in old_records]
     new_manifest = build_manifest(spec, config, dataset, settings, factory, texts)
@@ -395,4 +430,6 @@ def rescore_benchmark(
         return {k: v for k, v in steps.items() if spec.kept_on_rescore(k)}
 
     extra = {"rescored_from": str(source)}
-    return _evaluate(spec, config, evaluator, items, run_dir, new_manifest, factory, settings, extra, kept)
+    return _evaluate(
+        spec, config, evaluator, items, run_dir, new_manifest, factory, settings, extra, kept, batch=batch
+    )

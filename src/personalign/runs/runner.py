@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,12 @@ class Evaluator(Protocol[InstanceT_contra]):
     ) -> InstanceRecord: ...
 
 
+class Deferred(BaseException):
+    """Raised by a model call whose reply is not there yet (batch mode, runs/batching.py): the
+    instance is not written this pass and is evaluated again once the reply has come. A
+    BaseException, so no step or evaluator records it as a failure."""
+
+
 @dataclass
 class RunOutcome:
     status: str  # complete | complete_with_errors | stopped_budget | interrupted
@@ -37,6 +43,8 @@ class RunOutcome:
     # Not in the repr: asyncio.run formats its finished main task (whose result this is) when it
     # restores the SIGINT handler, and a repr of every record costs ~0.1 s per 1,000 instances.
     records: dict[str, InstanceRecord] = field(default_factory=dict, repr=False)
+    # Instances that waited for a reply (`Deferred`) and were not written this pass.
+    deferred: list[str] = field(default_factory=list, repr=False)
 
 
 def open_run(run_dir: RunDir, manifest: dict[str, Any], *, resume: bool = True) -> bool:
@@ -123,13 +131,18 @@ class Runner(Generic[InstanceT]):
         ]
         return todo, existing
 
-    async def run(self, instances: Sequence[InstanceT]) -> RunOutcome:
+    async def run(self, instances: Sequence[InstanceT], only: Collection[str] | None = None) -> RunOutcome:
+        """Evaluate the unfinished `instances` (of them, only the ids in `only` when given) and
+        report on all of them."""
         todo, existing = self.pending(instances)
+        if only is not None:
+            todo = [i for i in todo if self.evaluator.instance_id(i) in only]
         if self.on_skipped:
             self.on_skipped(len(instances) - len(todo))
         semaphore = asyncio.Semaphore(self.concurrency)
         stopped = asyncio.Event()
         evaluated = 0
+        deferred: list[str] = []
 
         async def one(instance: InstanceT) -> None:
             nonlocal evaluated
@@ -144,7 +157,11 @@ class Runner(Generic[InstanceT]):
                     return
                 key = self.evaluator.instance_id(instance)
                 previous = existing.get(key)
-                record = await self.evaluator.evaluate(instance, previous.steps if previous else None)
+                try:
+                    record = await self.evaluator.evaluate(instance, previous.steps if previous else None)
+                except Deferred:
+                    deferred.append(key)
+                    return
                 self.run_dir.append(record)
                 existing[key] = record
                 evaluated += 1
@@ -164,6 +181,7 @@ class Runner(Generic[InstanceT]):
                 evaluated,
                 len(instances) - len(todo),
                 {k: v for k, v in existing.items() if k in selected},
+                deferred,
             )
         selected_ids = [self.evaluator.instance_id(i) for i in instances]
         records = {k: existing[k] for k in selected_ids if k in existing}
@@ -173,4 +191,4 @@ class Runner(Generic[InstanceT]):
             status = "complete_with_errors"
         else:
             status = "complete"
-        return RunOutcome(status, evaluated, len(instances) - len(todo), records)
+        return RunOutcome(status, evaluated, len(instances) - len(todo), records, deferred)
