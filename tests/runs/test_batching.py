@@ -223,3 +223,51 @@ def test_a_run_killed_while_polling_resumes_and_submits_nothing_twice(tmp_path: 
     assert summary is not None and summary["status"] == "complete"
     assert _metrics(summary) == _metrics(RunDir(tmp_path / "direct").read_summary() or {})
     assert _steps(run_dir) == _steps(tmp_path / "direct")
+
+
+def test_an_openai_compatible_server_without_the_batches_api_is_called_directly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with StubServer() as stub:
+        spec = f"openai-compat/stub@{stub.base_url}"
+        direct = _run("cupid", spec, tmp_path, "direct")
+        batch = _run("cupid", spec, tmp_path, "batch", batch=True)
+    assert _metrics(batch.summary) == _metrics(direct.summary)
+    assert batch.summary["batch"]["direct_models"] == ["openai-compat/stub"]
+    assert batch.summary["batch"]["batched_models"] == [] and batch.summary["batch"]["jobs"] == 0
+    assert "has no batch API" in caplog.text
+    assert not (tmp_path / "batch" / "batch").exists() or not any((tmp_path / "batch" / "batch").iterdir())
+
+
+def test_anthropic_batches_score_as_direct_calls_and_keep_the_key_out_of_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-ant-SECRET-0123456789"
+    monkeypatch.setenv("FAKE_BATCH_KEY", secret)
+    with StubServer() as stub, BatchServer(delay=0, responder=default_responder) as fake:
+        direct = _run("cupid", f"openai-compat/stub@{stub.base_url}", tmp_path, "direct")
+        spec = f"anthropic/stub@{fake.root_url}?key_env=FAKE_BATCH_KEY"
+        batch = _run("cupid", spec, tmp_path, "batch", batch=True)
+        creates = fake.stats.creates
+    assert batch.summary["status"] == "complete" and len(creates) >= 2
+    assert _metrics(batch.summary)["inference"] == _metrics(direct.summary)["inference"]
+    assert _per_model(batch)["anthropic/stub"]["batch_calls"] == sum(map(len, creates))
+    written = [p for p in (tmp_path / "batch").rglob("*") if p.is_file()]
+    assert any(p.name == "batch_journal.json" for p in written)
+    assert all(secret not in p.read_text(encoding="utf-8", errors="replace") for p in written)
+
+
+def test_an_expired_job_is_resubmitted_only_for_what_it_left_unanswered(tmp_path: Path) -> None:
+    with (
+        StubServer() as stub,
+        BatchServer(delay=0, responder=default_responder, faults=BatchFaults(expire_jobs=1)) as fake,
+    ):
+        direct = _run("cupid", f"openai-compat/stub@{stub.base_url}", tmp_path, "direct")
+        batch = _run("cupid", f"openai-compat/stub@{fake.base_url}", tmp_path, "batch", batch=True)
+        creates = fake.stats.creates
+    assert _metrics(batch.summary) == _metrics(direct.summary)
+    assert _steps(tmp_path / "batch") == _steps(tmp_path / "direct")
+    first, again = creates[0], creates[1]
+    assert again == first[len(first) // 2 :]  # the expired job's unanswered half, nothing else
+    submitted = [cid for job in creates for cid in job]
+    assert len(submitted) == len(set(submitted)) + len(again)

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 # A round that defers instances always collects new requests, so rounds end; this bounds a bug.
 MAX_ROUNDS = 100
+# How an OpenAI-compatible server without the batches API answers (then its calls run directly).
+NO_BATCH_API = frozenset({404, 405, 501})
 
 
 def batchable(model: Model) -> bool:
@@ -69,7 +71,7 @@ class _BatchedModel:
     async def complete(
         self, messages: Sequence[Message], config: GenerateConfig | None = None, *, refresh: bool = False
     ) -> Completion:
-        return self._session.answer(self._model, messages, config or GenerateConfig(), refresh=refresh)
+        return await self._session.answer(self._model, messages, config or GenerateConfig(), refresh=refresh)
 
 
 @dataclass
@@ -126,15 +128,18 @@ class BatchSession:
                     )
         return wrapped
 
-    def answer(
+    async def answer(
         self, model: Model, messages: Sequence[Message], config: GenerateConfig, *, refresh: bool
     ) -> Completion:
         """The reply to a call if it is known, else collect it and raise `Deferred`.
 
         This run's batch result comes first, as the direct call's reply would (every time: a
         deferred instance asks again in each round until it is written); a per-request error is
-        raised as the direct call's failure would be. Then the cache, unless `refresh`.
+        raised as the direct call's failure would be. Then the cache, unless `refresh`. A model
+        whose endpoint turned out to have no batch API is called directly.
         """
+        if model.label in self.stats.direct_models:
+            return await model.complete(messages, config, refresh=refresh)
         key = model.key_for(messages, config)
         result = self._answers.get(key)
         if isinstance(result, ModelCallError):
@@ -199,7 +204,10 @@ class BatchSession:
 
     async def _send(self, collected: _Collected) -> None:
         model = collected.model
-        _, runner = self._client(model)
+        client = await self._client(model)
+        if client is None:  # no batch API there: the next round calls this model directly
+            return
+        _, runner = client
         requests = list(collected.requests.values())
         self.stats.requests += len(requests)
         outcome = await runner.run(requests)
@@ -214,11 +222,31 @@ class BatchSession:
                 len(requests),
             )
 
-    def _client(self, model: Model) -> tuple[BatchProvider, BatchRunner]:
+    async def _client(self, model: Model) -> tuple[BatchProvider, BatchRunner] | None:
+        """The model's batch client and journaled runner; None when its OpenAI-compatible
+        endpoint answers that it has no batches API (asked once, before the first job)."""
         if model.label not in self._clients:
             assert self.journal_root is not None
+            directory = self.journal_root / _slug(model.label)
             provider = batch_provider(model.spec)
-            journal = BatchJournal(self.journal_root / _slug(model.label), provider.name)
+            if not directory.exists():
+                try:
+                    await provider.find("personalign-probe")  # lists the batches (OpenAI shapes)
+                except ModelCallError as exc:
+                    if exc.status_code not in NO_BATCH_API:
+                        await provider.aclose()
+                        raise
+                    await provider.aclose()
+                    self.stats.batched_models.remove(model.label)
+                    self.stats.direct_models.append(model.label)
+                    log.warning(
+                        "--batch: %s has no batch API at %s (HTTP %s); its calls run directly",
+                        model.label,
+                        model.spec.base_url,
+                        exc.status_code,
+                    )
+                    return None
+            journal = BatchJournal(directory, provider.name)
             self._clients[model.label] = (provider, BatchRunner(provider, journal, poll=self.poll))
         return self._clients[model.label]
 
