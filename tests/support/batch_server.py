@@ -8,8 +8,10 @@ Batches, with delays, per-request errors, missing/extra/garbled/out-of-order lin
 A job is `delay` seconds in progress after creation, then ends. Answers echo the last message
 (``reply to: <text>``), or come from `responder` (as `StubServer`'s do, e.g. the scripted
 model's `default_responder`, so a batch run and a direct run against the stub get the same
-replies). `stats` records every upload, create (with its custom_ids), poll and
-cancel, so tests can prove nothing was submitted twice.
+replies), or, with `forward` (an OpenAI-compatible base URL, OpenAI shapes only), from a real
+server: a job's requests are sent there one by one in a worker thread, and the job ends once
+all are answered, as a provider's batch would run them. `stats` records every upload, create
+(with its custom_ids), poll and cancel, so tests can prove nothing was submitted twice.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class _Job:
     metadata: dict[str, Any]
     cancelled: float | None = None
     output: dict[str, str] | None = None  # file name -> content, built when the job ends
+    # With `forward`: each request's chat-completion body from the real server, once all are in.
+    forwarded: dict[str, dict[str, Any]] | None = None
 
 
 def _reply(body: dict[str, Any]) -> tuple[str, int, int]:
@@ -98,10 +102,16 @@ def _responder_reply(responder: Responder, kind: str, body: dict[str, Any]) -> t
 
 class BatchServer:
     def __init__(
-        self, *, delay: float = 0.3, faults: BatchFaults | None = None, responder: Responder | None = None
+        self,
+        *,
+        delay: float = 0.3,
+        faults: BatchFaults | None = None,
+        responder: Responder | None = None,
+        forward: str | None = None,
     ) -> None:
         self.delay = delay
         self.responder = responder
+        self.forward = forward
         self.faults = faults or BatchFaults()
         self.stats = BatchStats()
         self._lock = threading.Lock()
@@ -160,13 +170,29 @@ class BatchServer:
             )
             self._jobs[job.id] = job
             self.stats.creates.append([cid for cid, _ in requests])
-            return job
+        if self.forward is not None:
+            threading.Thread(target=self._run_forwarded, args=(job,), daemon=True).start()
+        return job
+
+    def _run_forwarded(self, job: _Job) -> None:
+        """Answer the job's requests through the real server (sequentially, as it serves them)."""
+        import httpx
+
+        answers: dict[str, dict[str, Any]] = {}
+        with httpx.Client(base_url=str(self.forward), timeout=600) as client:
+            for cid, body in job.requests:
+                response = client.post("/chat/completions", json=body)
+                response.raise_for_status()
+                answers[cid] = response.json()
+        job.forwarded = answers
 
     def _state(self, job: _Job) -> str:
         """validating/in_progress, then completed | failed | expired | cancelled (OpenAI words)."""
         if job.index < self.faults.fail_jobs:
             return "failed"
         ended = time.monotonic() - job.created >= self.delay
+        if self.forward is not None and job.forwarded is None:
+            ended = False
         if job.cancelled is not None:
             state = "cancelled"
         elif not ended:
@@ -193,6 +219,11 @@ class BatchServer:
             if cid in faults.error_ids or transient:
                 status = 400 if cid in faults.error_ids else 500
                 (err if job.kind == "openai" else out).append(self._error_line(job.kind, cid, status))
+                continue
+            if job.forwarded is not None:
+                completion = job.forwarded[cid]
+                response = {"status_code": 200, "body": completion}
+                out.append(json.dumps({"id": "r", "custom_id": cid, "response": response, "error": None}))
                 continue
             out.append(self._answer_line(job.kind, cid, body))
         for cid, _ in unrun:
