@@ -80,6 +80,7 @@ def run(
     protocol_dir: str | Path | None = None,
     progress: bool = False,
     announce: Callable[[str], None] | None = None,
+    batch: bool = False,
     **options: Any,
 ) -> RunResult:
     """Run (or resume, or return the finished) `benchmark` as `personalign run <benchmark>` does.
@@ -90,7 +91,8 @@ def run(
     by their Python names (e.g. ``task="both"``, ``instance_types=["consistent"]``). The protocol
     defaults to `paper` on official hub data and `personalign` otherwise (or as the benchmark's
     optional `default_protocol` hook says). `announce` is given the run's one-line description
-    (`spec.describe`) before it starts: the CLI prints it.
+    (`spec.describe`) before it starts: the CLI prints it. `batch` sends the model calls through
+    the providers' batch APIs, at their batch price (docs/batch.md).
     """
     spec = registry.get(benchmark)
     subject, judge_spec = subject_and_judge(model, judge)
@@ -119,6 +121,7 @@ def run(
         prices=Path(prices) if prices is not None else None,
         progress=progress,
         protocol_dir=Path(protocol_dir) if protocol_dir is not None else None,
+        batch=batch,
     )
     if announce is not None:
         announce(spec.describe(config))
@@ -139,6 +142,7 @@ def rescore(
     prices: str | Path | None = None,
     protocol_dir: str | Path | None = None,
     progress: bool = False,
+    batch: bool = False,
     **options: Any,
 ) -> RunResult:
     """Re-judge the run at `path` with another `judge` (or other judging roles in `models`, or the
@@ -163,6 +167,7 @@ def rescore(
         prices=Path(prices) if prices is not None else None,
         progress=progress,
         protocol_dir=Path(protocol_dir) if protocol_dir is not None else None,
+        batch=batch,
     )
     return rescore_benchmark(
         spec, Path(path), settings, models=roles, options={**config_options, **selection_options}, data=data

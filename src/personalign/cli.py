@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 from personalign import registry
 from personalign.cli_common import (
     EXIT_INTERRUPTED,
+    BatchOpt,
     CacheOpt,
     MaxCostOpt,
     MaxErrorRateOpt,
@@ -212,6 +213,7 @@ def _shared_params(spec: AnySpec) -> list[inspect.Parameter]:
         _param("no_cache", NoCacheOpt, False),
         _param("progress", ProgressOpt, True),
         _param("max_error_rate", MaxErrorRateOpt, 1.0),
+        _param("batch", BatchOpt, False),
     ]
 
 
@@ -315,6 +317,7 @@ def rescore(
     progress: ProgressOpt = True,
     max_error_rate: MaxErrorRateOpt = 1.0,
     protocol_dir: ProtocolDirOpt = None,
+    batch: BatchOpt = False,
 ) -> None:
     """Re-judge a run's saved subject outputs with other judges (no subject calls), into a new run.
 
@@ -339,6 +342,7 @@ def rescore(
             cache=cache,
             progress=progress,
             protocol_dir=protocol_dir,
+            batch=batch,
             **options,
         )
     spec.print_summary(result.summary, result.run_dir.path)

@@ -65,6 +65,14 @@ NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or wri
 MaxCostOpt = Annotated[float | None, typer.Option(help="Stop cleanly once this many USD are spent.")]
 PricesOpt = Annotated[Path | None, typer.Option(help="Price table JSON (USD per million tokens).")]
 ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
+BatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--batch",
+        help="Send model calls through the providers' batch APIs (openai, openai-compat, anthropic) at "
+        "half price, in rounds of dependent steps; slower (hours). Other models run directly.",
+    ),
+]
 MaxErrorRateOpt = Annotated[
     float,
     typer.Option(

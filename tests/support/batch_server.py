@@ -6,8 +6,12 @@ Batches, with delays, per-request errors, missing/extra/garbled/out-of-order lin
         spec = f"anthropic/m@{srv.root_url}"              # Anthropic shapes under /v1/messages/batches
 
 A job is `delay` seconds in progress after creation, then ends. Answers echo the last message
-(``reply to: <text>``). `stats` records every upload, create (with its custom_ids), poll and
-cancel, so tests can prove nothing was submitted twice.
+(``reply to: <text>``), or come from `responder` (as `StubServer`'s do, e.g. the scripted
+model's `default_responder`, so a batch run and a direct run against the stub get the same
+replies), or, with `forward` (an OpenAI-compatible base URL, OpenAI shapes only), from a real
+server: a job's requests are sent there one by one in a worker thread, and the job ends once
+all are answered, as a provider's batch would run them. `stats` records every upload, create
+(with its custom_ids), poll and cancel, so tests can prove nothing was submitted twice.
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.support.stub_server import UVICORN_OPTIONS
+from personalign.llm.backends.scripted import Responder
+from personalign.llm.types import GenerateConfig
+from personalign.types import Message
+from tests.support.stub_server import UVICORN_OPTIONS, chat_request
 
 
 @dataclass
@@ -61,6 +68,8 @@ class _Job:
     metadata: dict[str, Any]
     cancelled: float | None = None
     output: dict[str, str] | None = None  # file name -> content, built when the job ends
+    # With `forward`: each request's chat-completion body from the real server, once all are in.
+    forwarded: dict[str, dict[str, Any]] | None = None
 
 
 def _reply(body: dict[str, Any]) -> tuple[str, int, int]:
@@ -73,9 +82,36 @@ def _reply(body: dict[str, Any]) -> tuple[str, int, int]:
     return text, prompt, len(text.split())
 
 
+def _responder_reply(responder: Responder, kind: str, body: dict[str, Any]) -> tuple[str, str]:
+    """The responder's text and finish reason for an OpenAI or Anthropic request body."""
+    if kind == "openai":
+        messages, config = chat_request(body)
+    else:
+        system = [Message(role="system", content=body["system"])] if body.get("system") else []
+        tools = body.get("tools") or []
+        config = GenerateConfig(
+            temperature=body.get("temperature") or 0.0,
+            max_tokens=body.get("max_tokens") or 1024,
+            json_schema=tools[0]["input_schema"] if tools else None,
+            schema_name=tools[0]["name"] if tools else "output",
+        )
+        messages = system + [Message(role=m["role"], content=m["content"]) for m in body["messages"]]
+    reply = responder(messages, config)
+    return (reply, "stop") if isinstance(reply, str) else (reply.text, reply.finish_reason or "stop")
+
+
 class BatchServer:
-    def __init__(self, *, delay: float = 0.3, faults: BatchFaults | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        delay: float = 0.3,
+        faults: BatchFaults | None = None,
+        responder: Responder | None = None,
+        forward: str | None = None,
+    ) -> None:
         self.delay = delay
+        self.responder = responder
+        self.forward = forward
         self.faults = faults or BatchFaults()
         self.stats = BatchStats()
         self._lock = threading.Lock()
@@ -134,13 +170,29 @@ class BatchServer:
             )
             self._jobs[job.id] = job
             self.stats.creates.append([cid for cid, _ in requests])
-            return job
+        if self.forward is not None:
+            threading.Thread(target=self._run_forwarded, args=(job,), daemon=True).start()
+        return job
+
+    def _run_forwarded(self, job: _Job) -> None:
+        """Answer the job's requests through the real server (sequentially, as it serves them)."""
+        import httpx
+
+        answers: dict[str, dict[str, Any]] = {}
+        with httpx.Client(base_url=str(self.forward), timeout=600) as client:
+            for cid, body in job.requests:
+                response = client.post("/chat/completions", json=body)
+                response.raise_for_status()
+                answers[cid] = response.json()
+        job.forwarded = answers
 
     def _state(self, job: _Job) -> str:
         """validating/in_progress, then completed | failed | expired | cancelled (OpenAI words)."""
         if job.index < self.faults.fail_jobs:
             return "failed"
         ended = time.monotonic() - job.created >= self.delay
+        if self.forward is not None and job.forwarded is None:
+            ended = False
         if job.cancelled is not None:
             state = "cancelled"
         elif not ended:
@@ -167,6 +219,11 @@ class BatchServer:
             if cid in faults.error_ids or transient:
                 status = 400 if cid in faults.error_ids else 500
                 (err if job.kind == "openai" else out).append(self._error_line(job.kind, cid, status))
+                continue
+            if job.forwarded is not None:
+                completion = job.forwarded[cid]
+                response = {"status_code": 200, "body": completion}
+                out.append(json.dumps({"id": "r", "custom_id": cid, "response": response, "error": None}))
                 continue
             out.append(self._answer_line(job.kind, cid, body))
         for cid, _ in unrun:
@@ -197,15 +254,18 @@ class BatchServer:
             files["error"] = "\n".join(err) + "\n"
         return files
 
-    @staticmethod
-    def _answer_line(kind: str, cid: str, body: dict[str, Any]) -> str:
+    def _answer_line(self, kind: str, cid: str, body: dict[str, Any]) -> str:
         text, n_in, n_out = _reply(body)
+        finish = "stop"
+        if self.responder is not None:
+            text, finish = _responder_reply(self.responder, kind, body)
+            n_out = len(text.split())
         if kind == "openai":
             completion = {
                 "id": f"chatcmpl-{cid[:8]}",
                 "object": "chat.completion",
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
                 ],
                 "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
             }
@@ -217,11 +277,15 @@ class BatchServer:
                     "error": None,
                 }
             )
+        content: dict[str, Any] = {"type": "text", "text": text}
+        if self.responder is not None and body.get("tools"):
+            content = {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"]}
+            content["input"] = json.loads(text)
         message = {
             "id": f"msg_{cid[:8]}",
             "type": "message",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "content": [content],
+            "stop_reason": "max_tokens" if finish == "length" else "end_turn",
             "usage": {"input_tokens": n_in, "output_tokens": n_out},
         }
         return json.dumps({"custom_id": cid, "result": {"type": "succeeded", "message": message}})

@@ -84,6 +84,21 @@ class StubStats:
     last_body: dict[str, Any] | None = None
 
 
+def chat_request(body: Any) -> tuple[list[Message], GenerateConfig]:
+    """The messages and config of a chat-completions request body (what a responder is given);
+    raises KeyError/TypeError/AttributeError/ValidationError on a malformed body."""
+    messages = [Message(role=m["role"], content=m["content"]) for m in body["messages"]]
+    fmt = body.get("response_format") or {}
+    spec = fmt.get("json_schema") or {}
+    config = GenerateConfig(
+        temperature=body.get("temperature") or 0.0,
+        max_tokens=body.get("max_tokens") or 1024,
+        json_schema=spec.get("schema") if fmt.get("type") == "json_schema" else fmt.get("schema"),
+        schema_name=spec.get("name") or "output",
+    )
+    return messages, config
+
+
 class StubServer:
     """uvicorn + Starlette on a free loopback port, in a background thread; use as a context manager."""
 
@@ -216,15 +231,7 @@ class StubServer:
 
     def _complete(self, body: Any, outcome: str = "ok") -> Response:
         try:
-            messages = [Message(role=m["role"], content=m["content"]) for m in body["messages"]]
-            fmt = body.get("response_format") or {}
-            spec = fmt.get("json_schema") or {}
-            config = GenerateConfig(
-                temperature=body.get("temperature") or 0.0,
-                max_tokens=body.get("max_tokens") or 1024,
-                json_schema=spec.get("schema") if fmt.get("type") == "json_schema" else fmt.get("schema"),
-                schema_name=spec.get("name") or "output",
-            )
+            messages, config = chat_request(body)
         except (TypeError, KeyError, AttributeError, ValidationError) as exc:
             return _error(400, f"bad request body: {exc}")
         reply = self.responder(messages, config)

@@ -21,6 +21,7 @@ from personalign.runs.store import RunDir
 
 if TYPE_CHECKING:
     from personalign.llm import CallCache, ModelFactory
+    from personalign.runs.batching import BatchSession
     from personalign.runs.records import InstanceRecord, StepRecord
     from personalign.runs.runner import Evaluator
 
@@ -55,6 +56,10 @@ class RunSettings:
     progress: bool = True
     # Where the official prompt files are read for --protocol paper (their sha256 are pinned).
     protocol_dir: Path | None = None
+    # --batch: model calls through the providers' batch APIs, in rounds (runs/batching.py);
+    # batch_poll is the first polling interval in seconds (it grows x1.5 up to 120 s).
+    batch: bool = False
+    batch_poll: float = 5.0
 
     def selection_of(self) -> Selection:
         return Selection(self.limit, dict(self.selection))
@@ -170,8 +175,10 @@ async def execute(
     progress: bool,
     label: str,
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+    batch: BatchSession | None = None,
 ) -> RunOutcome:
-    """Evaluate `items` into `run_dir` (skipping finished ones), then close the factory's backends."""
+    """Evaluate `items` into `run_dir` (skipping finished ones; in rounds with `batch`), then close
+    the factory's backends."""
     from personalign.runs.progress import RunProgress
     from personalign.runs.runner import Runner
 
@@ -187,8 +194,8 @@ async def execute(
     try:
         if bar:
             with bar:
-                return await runner.run(items)
-        return await runner.run(items)
+                return await (batch.run(runner, items) if batch else runner.run(items))
+        return await (batch.run(runner, items) if batch else runner.run(items))
     finally:
         await factory.aclose()
 
@@ -322,12 +329,15 @@ def run_benchmark(
             raise ConfigError(f"no {spec.item_noun} selected (check the selection options and --limit)")
         items = work_items(spec, config, items)
         factory = factory or make_factory(settings)
-        evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
+        batch = _batch_session(settings)
+        evaluator = _evaluator(spec, config, dataset, texts, settings, factory, batch)
         spec.check(evaluator, items)
         manifest = build_manifest(spec, config, dataset, settings, factory, texts)
         run_dir = run_dir_for(spec, config, manifest["identity"], settings)
         extra = {"selection": settings.selection_of().to_record()}
-        return _evaluate(spec, config, evaluator, items, run_dir, manifest, factory, settings, extra)
+        return _evaluate(
+            spec, config, evaluator, items, run_dir, manifest, factory, settings, extra, batch=batch
+        )
 
 
 def _evaluate(
@@ -341,12 +351,17 @@ def _evaluate(
     settings: RunSettings,
     extra: Mapping[str, Any],
     previous_steps: Callable[[str], Mapping[str, StepRecord] | None] | None = None,
+    *,
+    batch: BatchSession | None = None,
 ) -> RunResult:
     """Open (or resume) the locked run directory, evaluate the items, write summary.json."""
     import asyncio
 
     from personalign.runs.runner import locked_run
 
+    if batch is not None:
+        batch.journal_root = run_dir.path / "batch"
+        manifest = {**manifest, "batch": True}
     with locked_run(run_dir, manifest):
         outcome = asyncio.run(
             execute(
@@ -358,18 +373,39 @@ def _evaluate(
                 progress=settings.progress,
                 label=spec.name,
                 previous_steps=previous_steps,
+                batch=batch,
             )
         )
         records, status = outcome.records, outcome.status
+        if batch is not None:
+            extra = {**extra, "batch": batch.record()}
         summary = write_summary(spec, run_dir, config, records, status, factory, settings.seed, extra)
     return RunResult(run_dir, outcome, summary)
 
 
 def _evaluator(
-    spec: AnySpec, config: Any, dataset: Any, texts: Any, settings: RunSettings, factory: ModelFactory
+    spec: AnySpec,
+    config: Any,
+    dataset: Any,
+    texts: Any,
+    settings: RunSettings,
+    factory: ModelFactory,
+    batch: BatchSession | None = None,
 ) -> Evaluator[Any]:
     models = {role: factory.get(s) for role, s in model_specs(spec, config).items()}
+    if batch is not None:
+        models = batch.wrap(models)
     return spec.evaluator(config, models, dataset, texts, settings.context())
+
+
+def _batch_session(settings: RunSettings) -> BatchSession | None:
+    """With --batch, the session that runs the evaluation in rounds (runs/batching.py)."""
+    if not settings.batch:
+        return None
+    from personalign.llm.batch import PollPolicy
+    from personalign.runs.batching import BatchSession
+
+    return BatchSession(poll=PollPolicy(initial=settings.batch_poll))
 
 
 def rescore_benchmark(
@@ -404,7 +440,8 @@ def rescore_benchmark(
     settings = replace(settings, seed=int(manifest.get("seed", settings.seed)))
     factory = factory or make_factory(settings)
     texts = spec.protocol_texts(config, settings.context())
-    evaluator = _evaluator(spec, config, dataset, texts, settings, factory)
+    batch = _batch_session(settings)
+    evaluator = _evaluator(spec, config, dataset, texts, settings, factory, batch)
     every = work_items(spec, config, spec.items(dataset))
     items = [item for item in every if evaluator.instance_id(item) in old_records]
     new_manifest = build_manifest(spec, config, dataset, settings, factory, texts)
@@ -417,4 +454,6 @@ def rescore_benchmark(
         return {k: v for k, v in steps.items() if spec.kept_on_rescore(k)}
 
     extra = {"rescored_from": str(source)}
-    return _evaluate(spec, config, evaluator, items, run_dir, new_manifest, factory, settings, extra, kept)
+    return _evaluate(
+        spec, config, evaluator, items, run_dir, new_manifest, factory, settings, extra, kept, batch=batch
+    )

@@ -84,3 +84,5 @@ class RunOutcome:
     # Not in the repr: asyncio.run formats its finished main task (whose result this is) when it
     # restores the SIGINT handler, and a repr of every record costs ~0.1 s per 1,000 instances.
     records: dict[str, InstanceRecord] = field(default_factory=dict, repr=False)
+    # Instances that waited for a reply (`Deferred`, batch mode) and were not written this pass.
+    deferred: list[str] = field(default_factory=list, repr=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -26,6 +26,12 @@ class Evaluator(Protocol[InstanceT_contra]):
     async def evaluate(
         self, instance: InstanceT_contra, previous: Mapping[str, StepRecord] | None = None
     ) -> InstanceRecord: ...
+
+
+class Deferred(BaseException):
+    """Raised by a model call whose reply is not there yet (batch mode, runs/batching.py): the
+    instance is not written this pass and is evaluated again once the reply has come. A
+    BaseException, so no step or evaluator records it as a failure."""
 
 
 def open_run(run_dir: RunDir, manifest: dict[str, Any], *, resume: bool = True) -> bool:
@@ -112,13 +118,18 @@ class Runner(Generic[InstanceT]):
         ]
         return todo, existing
 
-    async def run(self, instances: Sequence[InstanceT]) -> RunOutcome:
+    async def run(self, instances: Sequence[InstanceT], only: Collection[str] | None = None) -> RunOutcome:
+        """Evaluate the unfinished `instances` (of them, only the ids in `only` when given) and
+        report on all of them."""
         todo, existing = self.pending(instances)
+        if only is not None:
+            todo = [i for i in todo if self.evaluator.instance_id(i) in only]
         if self.on_skipped:
             self.on_skipped(len(instances) - len(todo))
         semaphore = asyncio.Semaphore(self.concurrency)
         stopped = asyncio.Event()
         evaluated = 0
+        deferred: list[str] = []
 
         async def one(instance: InstanceT) -> None:
             nonlocal evaluated
@@ -133,7 +144,11 @@ class Runner(Generic[InstanceT]):
                     return
                 key = self.evaluator.instance_id(instance)
                 previous = existing.get(key)
-                record = await self.evaluator.evaluate(instance, previous.steps if previous else None)
+                try:
+                    record = await self.evaluator.evaluate(instance, previous.steps if previous else None)
+                except Deferred:
+                    deferred.append(key)
+                    return
                 self.run_dir.append(record)
                 existing[key] = record
                 evaluated += 1
@@ -153,6 +168,7 @@ class Runner(Generic[InstanceT]):
                 evaluated,
                 len(instances) - len(todo),
                 {k: v for k, v in existing.items() if k in selected},
+                deferred,
             )
         selected_ids = [self.evaluator.instance_id(i) for i in instances]
         records = {k: existing[k] for k in selected_ids if k in existing}
@@ -162,4 +178,4 @@ class Runner(Generic[InstanceT]):
             status = "complete_with_errors"
         else:
             status = "complete"
-        return RunOutcome(status, evaluated, len(instances) - len(todo), records)
+        return RunOutcome(status, evaluated, len(instances) - len(todo), records, deferred)
