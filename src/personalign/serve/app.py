@@ -65,6 +65,7 @@ class GatewayConfig:
     k_memories: int = 8
     extraction_workers: int = 2
     index_shards: int = 16  # users' search indexes in this many independently locked engines
+    indexed_users: int = 4096  # users' indexes kept in memory per tenant (least recently searched evicted)
     # Builds the model factory of upstream calls (tests inject scripted backends); default: no cache.
     factory: Callable[[], ModelFactory] | None = None
     extractor_factory: Callable[[], ModelFactory] | None = None
@@ -226,6 +227,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         embedder=config.embedder,
         config=RetrievalConfig(k_sessions=config.k_sessions, k_memories=config.k_memories),
         shards=config.index_shards,
+        max_users=config.indexed_users,
     )
     factory = config.factory() if config.factory is not None else ModelFactory(cache=None)
     upstreams = Upstreams(factory, config.upstreams)
