@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory_speed import make_session  # noqa: E402
+from memory_speed import FEEDBACK, FIRST, LAST, TASKS  # noqa: E402
 
 from personalign.memory.backend import NewSession  # noqa: E402
 from personalign.memory.stores import open_store  # noqa: E402
@@ -53,8 +54,30 @@ TENANT = "bench"
 CONTENT = re.compile(rb'"content": ?"[^"]')  # a non-empty content delta
 
 
+VOCAB = [f"w{i}" for i in range(20000)]
+
+
+def make_session(rng: random.Random) -> tuple[list[dict[str, str]], str]:
+    """A 5-turn session (as memory_speed.make_session) and a query about it; ``random.choices``
+    draws the filler words in one call, which keeps generating 10^5 sessions to seconds."""
+
+    def words(n: int) -> str:
+        return " ".join(rng.choices(VOCAB, k=n))
+
+    name = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+    task = rng.choice(TASKS)
+    turns = [
+        {"role": "user", "content": f"Can you draft the {task} for {name}? It covers {words(12)}."},
+        {"role": "assistant", "content": f"Here is a draft {task}: {words(40)}."},
+        {"role": "user", "content": rng.choice(FEEDBACK) + " " + words(6)},
+        {"role": "assistant", "content": f"Revised: {words(30)}."},
+        {"role": "user", "content": "Thanks, that works."},
+    ]
+    return turns, f"{name} wants the {task} about {words(4)}"
+
+
 def fill_store(target: str, sessions: int, per_user: int, embedder: str | None) -> dict[str, list[str]]:
-    """The store, filled; returns a few queries per user."""
+    """The store, filled (one multi-row transaction per user); returns a few queries per user."""
     from personalign.retrieval import load_embedder
 
     name, dim = None, 0
@@ -66,9 +89,9 @@ def fill_store(target: str, sessions: int, per_user: int, embedder: str | None) 
     store = open_store(target, tenant=TENANT)
     users = max(1, sessions // per_user)
     queries: dict[str, list[str]] = {}
-    for u in range(users):
+
+    def batch_of(u: int) -> tuple[str, list[NewSession]]:
         user = f"user{u}"
-        store.add_user(user)
         batch = []
         for i in range(per_user):
             turns, query = make_session(rng)
@@ -79,7 +102,22 @@ def fill_store(target: str, sessions: int, per_user: int, embedder: str | None) 
             batch.append(NewSession(turns, timestamp=float(u * per_user + i), vectors=vectors))
             if len(queries.setdefault(user, [])) < 3:
                 queries[user].append(query)
+        return user, batch
+
+    def write(user: str, batch: list[NewSession]) -> None:
+        store.add_user(user)
         store.add_sessions(user, batch)
+
+    # a server store takes several users' transactions at once (its own process does the work)
+    threads = 1 if target.endswith(".sqlite") or "://" not in target else 4
+    with ThreadPoolExecutor(threads) as pool:
+        pending: list[Future[None]] = []
+        for u in range(users):
+            pending.append(pool.submit(write, *batch_of(u)))
+            if len(pending) >= 2 * threads:  # a few users in flight, not the whole store in memory
+                pending.pop(0).result()
+        for done in pending:
+            done.result()
     store.close()
     return queries
 

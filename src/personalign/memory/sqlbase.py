@@ -34,6 +34,7 @@ ROLES = ("user", "assistant", "system")
 # Child tables first: the order in which a user's rows are deleted.
 TABLES = ("extractions", "embeddings", "memory_history", "turns", "memories", "sessions", "users")
 MAX_TENANT_CHARS = 200
+SESSION_BATCH = 200  # sessions per INSERT statement (7 parameters each; SQLite allows 32766)
 
 
 def session_source(user_id: str, external_id: str | None, n: int, total: int) -> str:
@@ -400,24 +401,38 @@ class SqlStore(ABC):
             uid = self._uid(tx, user_id, lock=True)
             seq_row = tx.one("SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = ?", (uid,))
             seq = int(seq_row[0]) if seq_row else 0
-            for new, source, pairs, meta_json, ts in rows:
+            for new, source, *_ in rows:
                 if new.external_id is not None and tx.one(
                     "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, new.external_id)
                 ):
                     raise DataError(source, None, "external_id", "a session with this id is already stored")
-                session_id = tx.insert(
-                    "INSERT INTO sessions (uid, external_id, ts, seq, n_turns, metadata, created)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (uid, new.external_id, ts, seq, len(pairs), meta_json, time.time()),
-                )
-                seq += 1
-                turns.extend((session_id, uid, i, role, content) for i, (role, content) in enumerate(pairs))
-                vectors.extend((uid, session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items())
-                ids.append(session_id)
+            now = time.time()
+            for start in range(0, len(rows), SESSION_BATCH):  # one multi-row statement per batch
+                chunk = rows[start : start + SESSION_BATCH]
+                values = [
+                    (uid, new.external_id, ts, seq + start + n, len(pairs), meta_json, now)
+                    for n, (new, _, pairs, meta_json, ts) in enumerate(chunk)
+                ]
+                placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(values))
+                by_seq = {
+                    int(r[1]): int(r[0])
+                    for r in tx.rows(
+                        "INSERT INTO sessions (uid, external_id, ts, seq, n_turns, metadata, created)"
+                        f" VALUES {placeholders} RETURNING id, seq",
+                        [v for row in values for v in row],
+                    )
+                }
+                for n, (new, _, pairs, _, _) in enumerate(chunk):
+                    session_id = by_seq[seq + start + n]  # matched by seq: RETURNING order is not promised
+                    turns.extend((session_id, uid, i, role, c) for i, (role, c) in enumerate(pairs))
+                    vectors.extend(
+                        (uid, "s", session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items()
+                    )
+                    ids.append(session_id)
             # one batch each for the turns and vectors of every session (a round trip each on a server)
             tx.many("INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)", turns)
             tx.many(
-                "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, 's', ?, ?, ?)",
+                "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, ?, ?, ?, ?)",
                 vectors,
             )
             self._bump(tx, uid)
