@@ -1,8 +1,8 @@
 """Latency the gateway adds over calling the upstream directly, with retrieval on a large store.
 
     .venv/bin/python benchmarks/serve_latency.py [--sessions 100000] [--per-user 100] [--latency 0.1]
-        [--postgres auto|URL] [--replicas 2]
-        [--concurrency 32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
+        [--postgres auto|URL] [--replicas 1,2] [--store PATH.sqlite] [--profile PREFIX]
+        [--concurrency 1,32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
 
 1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions
    (5 turns each) of users holding ``--per-user`` sessions, stored directly with random unit
@@ -16,7 +16,9 @@
    Each active user is touched once before the timed run (their index is built then; the first
    touch is reported apart as the cold latency).
 Prints p50/p99 of the full streamed answer time for both, the difference (added latency), time to
-first content byte, and requests per second. Target: p50 added < 10 ms at 10^5 sessions.
+first content byte, requests per second, the load average, and the gateway's CPU per request, for
+every combination of ``--replicas`` and ``--concurrency`` (lists) on the one filled store.
+Target: p50 added < 10 ms at 10^5 sessions.
 """
 
 from __future__ import annotations
@@ -204,8 +206,17 @@ def run_gateway(ns: argparse.Namespace) -> None:
         k_sessions=3,
     )
     app = create_app(config)
+    profiler = None
+    if ns.profile:  # cProfile of the event loop's thread (the blocking store and encoder calls run
+        import cProfile  # in a thread pool: time them with the service's spans instead)
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     uvicorn.run(app, host="127.0.0.1", port=ns.port, http="httptools", loop="uvloop",
                 access_log=False, log_config=None, lifespan="on", backlog=4096)  # fmt: skip
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(f"{ns.profile}.{os.getpid()}")
 
 
 async def drive(
@@ -271,13 +282,16 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--per-user", type=int, default=100)
     parser.add_argument("--latency", type=float, default=0.1)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", default="32", help="clients; a list (1,16) measures each")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--active-users", type=int, default=200)
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--store", help="reuse a filled SQLite store (skips filling)")
     parser.add_argument("--postgres", help="'auto' (a throwaway server) or an empty database's URL")
-    parser.add_argument("--replicas", type=int, default=1, help="gateway processes sharing the store")
+    parser.add_argument(
+        "--replicas", default="1", help="gateway processes sharing the store; a list (1,2) measures each"
+    )
+    parser.add_argument("--profile", help="write each gateway's cProfile stats to PROFILE.<pid>")
     # internal: the gateway process
     parser.add_argument("--role", default="bench", choices=["bench", "gateway"])
     parser.add_argument("--upstream")
@@ -309,37 +323,56 @@ def main() -> None:
             f"store ({where}): {ns.sessions} sessions in {len(queries)} users ({fill_s:.1f} s to fill)",
             end="",
         )
-        print(f", embedder {ns.embedder}, {ns.replicas} gateway replica(s)")
+        print(f", embedder {ns.embedder}")
         key, record = new_key(TENANT, rate=1e6, burst=1_000_000)
         keys = Path(tmp) / "keys.jsonl"
         KeyRing([record]).save(keys)
-        headers = {"Authorization": f"Bearer {key}"}
-        ports = [free_port() for _ in range(ns.replicas)]
-        rng = random.Random(1)
-        active = rng.sample(sorted(queries), min(ns.active_users, len(queries)))
-        jobs = [(u, rng.choice(queries[u])) for u in (rng.choice(active) for _ in range(ns.requests))]
-        with stub_process(ns.latency) as upstream, contextlib.ExitStack() as replicas:
-            gateways = []
-            for port in ports:
-                gw_args = [str(Path(__file__).resolve()), "--role", "gateway", "--upstream", upstream]
-                gw_args += ["--keys", str(keys), "--store", store, "--port", str(port)]
-                gw_args += ["--embedder", ns.embedder]
-                gateways.append(replicas.enter_context(process(gw_args, f"http://127.0.0.1:{port}/healthz")))
-            direct_url = [f"{upstream}/chat/completions"]
-            gw_urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
-            # cold: the first touch of each active user (index build) through the gateway(s)
-            cold, _, _, cold_err = asyncio.run(
-                drive(gw_urls, headers, [(u, queries[u][0]) for u in active], ns.concurrency)
-            )
-            d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, ns.concurrency))
-            cpu_before = sum(cpu_seconds(g.pid) for g in gateways)
-            g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_urls, headers, jobs, ns.concurrency))
-            time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
-            gw_cpu = sum(cpu_seconds(g.pid) for g in gateways) - cpu_before
-            metrics = "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
-    load = os.getloadavg()[0]
-    print(f"stub latency {ns.latency * 1000:.0f} ms, {ns.concurrency} concurrent streaming clients, ", end="")
-    print(f"{ns.requests} requests over {len(active)} active users, load average {load:.1f}")
+        for replicas in [int(r) for r in str(ns.replicas).split(",")]:
+            for concurrency in [int(c) for c in str(ns.concurrency).split(",")]:
+                measure(ns, store, queries, keys, key, replicas, concurrency)
+
+
+def measure(
+    ns: argparse.Namespace,
+    store: str,
+    queries: dict[str, list[str]],
+    keys: Path,
+    key: str,
+    replicas: int,
+    concurrency: int,
+) -> None:
+    """One measurement: ``replicas`` fresh gateways on the store, ``concurrency`` clients; prints it."""
+    headers = {"Authorization": f"Bearer {key}"}
+    ports = [free_port() for _ in range(replicas)]
+    rng = random.Random(1)
+    active = rng.sample(sorted(queries), min(ns.active_users, len(queries)))
+    jobs = [(u, rng.choice(queries[u])) for u in (rng.choice(active) for _ in range(ns.requests))]
+    with stub_process(ns.latency) as upstream, contextlib.ExitStack() as stack:
+        gateways = []
+        for port in ports:
+            gw_args = [str(Path(__file__).resolve()), "--role", "gateway", "--upstream", upstream]
+            gw_args += ["--keys", str(keys), "--store", store, "--port", str(port)]
+            gw_args += ["--embedder", ns.embedder] + (["--profile", ns.profile] if ns.profile else [])
+            gateways.append(stack.enter_context(process(gw_args, f"http://127.0.0.1:{port}/healthz")))
+        direct_url = [f"{upstream}/chat/completions"]
+        gw_urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
+        # cold: the first touch of each active user (index build) through the gateway(s)
+        cold, _, _, cold_err = asyncio.run(
+            drive(gw_urls, headers, [(u, queries[u][0]) for u in active], concurrency)
+        )
+        d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, concurrency))
+        cpu_before = sum(cpu_seconds(g.pid) for g in gateways)
+        load_before = os.getloadavg()[0]
+        g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_urls, headers, jobs, concurrency))
+        load = (load_before + os.getloadavg()[0]) / 2
+        time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
+        gw_cpu = sum(cpu_seconds(g.pid) for g in gateways) - cpu_before
+        metrics = "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
+    print(f"\n## {replicas} gateway replica(s), {concurrency} concurrent streaming clients")
+    print(
+        f"stub latency {ns.latency * 1000:.0f} ms, {ns.requests} requests over {len(active)} active ", end=""
+    )
+    print(f"users, load average {load:.1f} (1-minute, mean of start and end of the timed run)")
     print("| path | p50 ms | p99 ms | first content p50 ms | requests/s | errors |")
     print("|---|---|---|---|---|---|")
     for label, totals, firsts, wall, errors in (
