@@ -158,6 +158,26 @@ class MemoryService:
             refresh=refresh,
         )
 
+    def lookup(
+        self, tenant: str, user: str, query: str, *, k_sessions: int, k_memories: int, refresh: bool = True
+    ) -> tuple[npt.NDArray[np.float32] | None, Retrieval | None]:
+        """The request's work before the upstream call, in one blocking call (one thread-pool hop for
+        the gateway): the query encoded once (:meth:`encode`) and what is retrieved for it (None
+        when the user has no history yet)."""
+        qvec = self.encode(query)
+        if not self.view(tenant).has_user(check_user(user)):
+            return qvec, None
+        found = self.engine(tenant, user).retrieve(
+            user,
+            query,
+            k_sessions=k_sessions,
+            k_memories=k_memories,
+            include_history=True,
+            query_vector=qvec,
+            refresh=refresh,
+        )
+        return qvec, found
+
     def check_exchange(self, messages: Sequence[Mapping[str, str]]) -> None:
         """Raise DataError for an exchange the store would refuse (too long, bad text)."""
         validate_messages(list(messages), source="the last user message", limits=self.store.limits)
