@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from personalign.memory.engine import MemoryEngine
 from personalign.serve.tenancy import MemoryService
 
@@ -73,3 +75,17 @@ def test_lookup_encodes_once_and_retrieves_in_one_call(tmp_path: Path) -> None:
         service.record_turn("t", user, turn("hello"), session_id="s", metadata={})
         service.lookup("t", user, "hello", k_sessions=1, k_memories=0)
     assert sum(len(e._indexes) for e in service._engines.values()) <= 2
+
+
+def test_recording_a_known_users_turn_is_a_single_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash")
+    service.record_turn("t", "ana", turn("First."), session_id="s1", metadata={})  # adds the user too
+    view = service.view("t")
+    calls: list[object] = []
+    monkeypatch.setattr(view, "add_user", lambda *args, **kwargs: calls.append(args))
+    qvec = service.encode("Second.")
+    service.record_turn("t", "ana", turn("Second."), session_id="s2", metadata={}, user_vector=qvec)
+    service.record_turn("t", "ana", turn("Third."), session_id="s3", metadata={})
+    assert calls == [] and view.count_sessions("ana") == 3

@@ -192,13 +192,30 @@ class MemoryService:
         metadata: Mapping[str, Any],
         user_vector: npt.NDArray[np.float32] | None = None,
     ) -> int:
-        """Store one exchange as a session (with its embedding) in one transaction.
+        """Store one exchange as a session (with its embedding) in one transaction (two for a user's
+        first: the user row, then the exchange).
 
         ``user_vector``: the exchange's user turn already encoded (see :meth:`encode`), stored as the
         session's embedding instead of encoding the same text again.
         """
         view = self.view(tenant)
-        view.add_user(check_user(user))
+        check_user(user)
+        try:  # a known user (every request after their first): one write transaction
+            return self._record(view, tenant, user, messages, session_id, metadata, user_vector)
+        except UnknownUserError:  # their first turn: add them, then record
+            view.add_user(user)
+            return self._record(view, tenant, user, messages, session_id, metadata, user_vector)
+
+    def _record(
+        self,
+        view: MemoryBackend,
+        tenant: str,
+        user: str,
+        messages: Sequence[Mapping[str, str]],
+        session_id: str,
+        metadata: Mapping[str, Any],
+        user_vector: npt.NDArray[np.float32] | None,
+    ) -> int:
         users = [m for m in messages if m.get("role") == "user"]
         if user_vector is None or self.embedder is None or len(users) != 1:
             return self.engine(tenant, user).add_session(
