@@ -1,7 +1,7 @@
 """Latency the gateway adds over calling the upstream directly, with retrieval on a large store.
 
     .venv/bin/python benchmarks/serve_latency.py [--sessions 100000] [--per-user 100] [--latency 0.1]
-        [--postgres auto|URL] [--replicas 1,2] [--store PATH.sqlite] [--profile PREFIX]
+        [--postgres auto|URL] [--replicas 1,2] [--store PATH.sqlite]
         [--concurrency 1,32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
 
 1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions
@@ -13,8 +13,8 @@
    sent to them in turn) in their own processes, so the load generator's CPU is not counted.
 3. Drives ``--concurrency`` streaming clients: first straight at the stub, then through the gateway
    (each request: retrieve from the user's history, inject, forward, stream, record the exchange).
-   Each active user is touched once before the timed run (their index is built then; the first
-   touch is reported apart as the cold latency).
+   Each active user is touched once on every replica before the timed run (their index is built
+   then; these first touches are reported apart as the cold latency).
 Prints p50/p99 of the full streamed answer time for both, the difference (added latency), time to
 first content byte, requests per second, the load average, and the gateway's CPU per request, for
 every combination of ``--replicas`` and ``--concurrency`` (lists) on the one filled store.
@@ -206,17 +206,8 @@ def run_gateway(ns: argparse.Namespace) -> None:
         k_sessions=3,
     )
     app = create_app(config)
-    profiler = None
-    if ns.profile:  # cProfile of the event loop's thread (the blocking store and encoder calls run
-        import cProfile  # in a thread pool: time them with the service's spans instead)
-
-        profiler = cProfile.Profile()
-        profiler.enable()
     uvicorn.run(app, host="127.0.0.1", port=ns.port, http="httptools", loop="uvloop",
                 access_log=False, log_config=None, lifespan="on", backlog=4096)  # fmt: skip
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(f"{ns.profile}.{os.getpid()}")
 
 
 async def drive(
@@ -291,7 +282,6 @@ def main() -> None:
     parser.add_argument(
         "--replicas", default="1", help="gateway processes sharing the store; a list (1,2) measures each"
     )
-    parser.add_argument("--profile", help="write each gateway's cProfile stats to PROFILE.<pid>")
     # internal: the gateway process
     parser.add_argument("--role", default="bench", choices=["bench", "gateway"])
     parser.add_argument("--upstream")
@@ -352,14 +342,14 @@ def measure(
         for port in ports:
             gw_args = [str(Path(__file__).resolve()), "--role", "gateway", "--upstream", upstream]
             gw_args += ["--keys", str(keys), "--store", store, "--port", str(port)]
-            gw_args += ["--embedder", ns.embedder] + (["--profile", ns.profile] if ns.profile else [])
+            gw_args += ["--embedder", ns.embedder]
             gateways.append(stack.enter_context(process(gw_args, f"http://127.0.0.1:{port}/healthz")))
         direct_url = [f"{upstream}/chat/completions"]
         gw_urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
-        # cold: the first touch of each active user (index build) through the gateway(s)
-        cold, _, _, cold_err = asyncio.run(
-            drive(gw_urls, headers, [(u, queries[u][0]) for u in active], concurrency)
-        )
+        # cold: the first touch of each active user (index build) on every replica (jobs go to the
+        # replicas in turn, so each user's consecutive copies land on each replica once)
+        warmup = [(u, queries[u][0]) for u in active for _ in gw_urls]
+        cold, _, _, cold_err = asyncio.run(drive(gw_urls, headers, warmup, concurrency))
         d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, concurrency))
         cpu_before = sum(cpu_seconds(g.pid) for g in gateways)
         load_before = os.getloadavg()[0]
