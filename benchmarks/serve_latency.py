@@ -1,8 +1,8 @@
 """Latency the gateway adds over calling the upstream directly, with retrieval on a large store.
 
     .venv/bin/python benchmarks/serve_latency.py [--sessions 100000] [--per-user 100] [--latency 0.1]
-        [--postgres auto|URL] [--replicas 2]
-        [--concurrency 32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
+        [--postgres auto|URL] [--replicas 1,2] [--store PATH.sqlite]
+        [--concurrency 1,32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
 
 1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions
    (5 turns each) of users holding ``--per-user`` sessions, stored directly with random unit
@@ -13,10 +13,12 @@
    sent to them in turn) in their own processes, so the load generator's CPU is not counted.
 3. Drives ``--concurrency`` streaming clients: first straight at the stub, then through the gateway
    (each request: retrieve from the user's history, inject, forward, stream, record the exchange).
-   Each active user is touched once before the timed run (their index is built then; the first
-   touch is reported apart as the cold latency).
+   Each active user is touched once on every replica before the timed run (their index is built
+   then; these first touches are reported apart as the cold latency).
 Prints p50/p99 of the full streamed answer time for both, the difference (added latency), time to
-first content byte, and requests per second. Target: p50 added < 10 ms at 10^5 sessions.
+first content byte, requests per second, the load average, and the gateway's CPU per request, for
+every combination of ``--replicas`` and ``--concurrency`` (lists) on the one filled store.
+Target: p50 added < 10 ms at 10^5 sessions.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory_speed import make_session  # noqa: E402
+from memory_speed import FEEDBACK, FIRST, LAST, TASKS  # noqa: E402
 
 from personalign.memory.backend import NewSession  # noqa: E402
 from personalign.memory.stores import open_store  # noqa: E402
@@ -53,8 +56,30 @@ TENANT = "bench"
 CONTENT = re.compile(rb'"content": ?"[^"]')  # a non-empty content delta
 
 
+VOCAB = [f"w{i}" for i in range(20000)]
+
+
+def make_session(rng: random.Random) -> tuple[list[dict[str, str]], str]:
+    """A 5-turn session (as memory_speed.make_session) and a query about it; ``random.choices``
+    draws the filler words in one call, which keeps generating 10^5 sessions to seconds."""
+
+    def words(n: int) -> str:
+        return " ".join(rng.choices(VOCAB, k=n))
+
+    name = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+    task = rng.choice(TASKS)
+    turns = [
+        {"role": "user", "content": f"Can you draft the {task} for {name}? It covers {words(12)}."},
+        {"role": "assistant", "content": f"Here is a draft {task}: {words(40)}."},
+        {"role": "user", "content": rng.choice(FEEDBACK) + " " + words(6)},
+        {"role": "assistant", "content": f"Revised: {words(30)}."},
+        {"role": "user", "content": "Thanks, that works."},
+    ]
+    return turns, f"{name} wants the {task} about {words(4)}"
+
+
 def fill_store(target: str, sessions: int, per_user: int, embedder: str | None) -> dict[str, list[str]]:
-    """The store, filled; returns a few queries per user."""
+    """The store, filled (one multi-row transaction per user); returns a few queries per user."""
     from personalign.retrieval import load_embedder
 
     name, dim = None, 0
@@ -66,9 +91,9 @@ def fill_store(target: str, sessions: int, per_user: int, embedder: str | None) 
     store = open_store(target, tenant=TENANT)
     users = max(1, sessions // per_user)
     queries: dict[str, list[str]] = {}
-    for u in range(users):
+
+    def batch_of(u: int) -> tuple[str, list[NewSession]]:
         user = f"user{u}"
-        store.add_user(user)
         batch = []
         for i in range(per_user):
             turns, query = make_session(rng)
@@ -79,7 +104,22 @@ def fill_store(target: str, sessions: int, per_user: int, embedder: str | None) 
             batch.append(NewSession(turns, timestamp=float(u * per_user + i), vectors=vectors))
             if len(queries.setdefault(user, [])) < 3:
                 queries[user].append(query)
+        return user, batch
+
+    def write(user: str, batch: list[NewSession]) -> None:
+        store.add_user(user)
         store.add_sessions(user, batch)
+
+    # a server store takes several users' transactions at once (its own process does the work)
+    threads = 1 if target.endswith(".sqlite") or "://" not in target else 4
+    with ThreadPoolExecutor(threads) as pool:
+        pending: list[Future[None]] = []
+        for u in range(users):
+            pending.append(pool.submit(write, *batch_of(u)))
+            if len(pending) >= 2 * threads:  # a few users in flight, not the whole store in memory
+                pending.pop(0).result()
+        for done in pending:
+            done.result()
     store.close()
     return queries
 
@@ -233,13 +273,15 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--per-user", type=int, default=100)
     parser.add_argument("--latency", type=float, default=0.1)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", default="32", help="clients; a list (1,16) measures each")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--active-users", type=int, default=200)
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--store", help="reuse a filled SQLite store (skips filling)")
     parser.add_argument("--postgres", help="'auto' (a throwaway server) or an empty database's URL")
-    parser.add_argument("--replicas", type=int, default=1, help="gateway processes sharing the store")
+    parser.add_argument(
+        "--replicas", default="1", help="gateway processes sharing the store; a list (1,2) measures each"
+    )
     # internal: the gateway process
     parser.add_argument("--role", default="bench", choices=["bench", "gateway"])
     parser.add_argument("--upstream")
@@ -271,37 +313,56 @@ def main() -> None:
             f"store ({where}): {ns.sessions} sessions in {len(queries)} users ({fill_s:.1f} s to fill)",
             end="",
         )
-        print(f", embedder {ns.embedder}, {ns.replicas} gateway replica(s)")
+        print(f", embedder {ns.embedder}")
         key, record = new_key(TENANT, rate=1e6, burst=1_000_000)
         keys = Path(tmp) / "keys.jsonl"
         KeyRing([record]).save(keys)
-        headers = {"Authorization": f"Bearer {key}"}
-        ports = [free_port() for _ in range(ns.replicas)]
-        rng = random.Random(1)
-        active = rng.sample(sorted(queries), min(ns.active_users, len(queries)))
-        jobs = [(u, rng.choice(queries[u])) for u in (rng.choice(active) for _ in range(ns.requests))]
-        with stub_process(ns.latency) as upstream, contextlib.ExitStack() as replicas:
-            gateways = []
-            for port in ports:
-                gw_args = [str(Path(__file__).resolve()), "--role", "gateway", "--upstream", upstream]
-                gw_args += ["--keys", str(keys), "--store", store, "--port", str(port)]
-                gw_args += ["--embedder", ns.embedder]
-                gateways.append(replicas.enter_context(process(gw_args, f"http://127.0.0.1:{port}/healthz")))
-            direct_url = [f"{upstream}/chat/completions"]
-            gw_urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
-            # cold: the first touch of each active user (index build) through the gateway(s)
-            cold, _, _, cold_err = asyncio.run(
-                drive(gw_urls, headers, [(u, queries[u][0]) for u in active], ns.concurrency)
-            )
-            d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, ns.concurrency))
-            cpu_before = sum(cpu_seconds(g.pid) for g in gateways)
-            g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_urls, headers, jobs, ns.concurrency))
-            time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
-            gw_cpu = sum(cpu_seconds(g.pid) for g in gateways) - cpu_before
-            metrics = "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
-    load = os.getloadavg()[0]
-    print(f"stub latency {ns.latency * 1000:.0f} ms, {ns.concurrency} concurrent streaming clients, ", end="")
-    print(f"{ns.requests} requests over {len(active)} active users, load average {load:.1f}")
+        for replicas in [int(r) for r in str(ns.replicas).split(",")]:
+            for concurrency in [int(c) for c in str(ns.concurrency).split(",")]:
+                measure(ns, store, queries, keys, key, replicas, concurrency)
+
+
+def measure(
+    ns: argparse.Namespace,
+    store: str,
+    queries: dict[str, list[str]],
+    keys: Path,
+    key: str,
+    replicas: int,
+    concurrency: int,
+) -> None:
+    """One measurement: ``replicas`` fresh gateways on the store, ``concurrency`` clients; prints it."""
+    headers = {"Authorization": f"Bearer {key}"}
+    ports = [free_port() for _ in range(replicas)]
+    rng = random.Random(1)
+    active = rng.sample(sorted(queries), min(ns.active_users, len(queries)))
+    jobs = [(u, rng.choice(queries[u])) for u in (rng.choice(active) for _ in range(ns.requests))]
+    with stub_process(ns.latency) as upstream, contextlib.ExitStack() as stack:
+        gateways = []
+        for port in ports:
+            gw_args = [str(Path(__file__).resolve()), "--role", "gateway", "--upstream", upstream]
+            gw_args += ["--keys", str(keys), "--store", store, "--port", str(port)]
+            gw_args += ["--embedder", ns.embedder]
+            gateways.append(stack.enter_context(process(gw_args, f"http://127.0.0.1:{port}/healthz")))
+        direct_url = [f"{upstream}/chat/completions"]
+        gw_urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
+        # cold: the first touch of each active user (index build) on every replica (jobs go to the
+        # replicas in turn, so each user's consecutive copies land on each replica once)
+        warmup = [(u, queries[u][0]) for u in active for _ in gw_urls]
+        cold, _, _, cold_err = asyncio.run(drive(gw_urls, headers, warmup, concurrency))
+        d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, concurrency))
+        cpu_before = sum(cpu_seconds(g.pid) for g in gateways)
+        load_before = os.getloadavg()[0]
+        g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_urls, headers, jobs, concurrency))
+        load = (load_before + os.getloadavg()[0]) / 2
+        time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
+        gw_cpu = sum(cpu_seconds(g.pid) for g in gateways) - cpu_before
+        metrics = "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
+    print(f"\n## {replicas} gateway replica(s), {concurrency} concurrent streaming clients")
+    print(
+        f"stub latency {ns.latency * 1000:.0f} ms, {ns.requests} requests over {len(active)} active ", end=""
+    )
+    print(f"users, load average {load:.1f} (1-minute, mean of start and end of the timed run)")
     print("| path | p50 ms | p99 ms | first content p50 ms | requests/s | errors |")
     print("|---|---|---|---|---|---|")
     for label, totals, firsts, wall, errors in (

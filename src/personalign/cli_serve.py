@@ -61,6 +61,9 @@ def register(app: typer.Typer) -> None:
         k_sessions: Annotated[int, typer.Option(help="Sessions retrieved per request.")] = 3,
         k_memories: Annotated[int, typer.Option(help="Memories retrieved per request.")] = 8,
         workers: Annotated[int, typer.Option(help="Concurrent extraction jobs.")] = 2,
+        indexed_users: Annotated[
+            int, typer.Option(help="Users' search indexes kept in memory per tenant (least recent evicted).")
+        ] = 4096,
     ) -> None:
         """Serve /v1/chat/completions, /v1/models and the memory API (/v1/memory/...) on HOST:PORT."""
         if ctx.invoked_subcommand:
@@ -90,6 +93,7 @@ def register(app: typer.Typer) -> None:
                 k_sessions=k_sessions,
                 k_memories=k_memories,
                 extraction_workers=workers,
+                indexed_users=indexed_users,
             )
             app_ = create_app(config)
         except PersonalignError as exc:

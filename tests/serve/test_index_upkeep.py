@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from personalign.memory.engine import MemoryEngine
 from personalign.serve.tenancy import MemoryService
 
@@ -57,3 +59,33 @@ def test_users_spread_over_shards_that_share_one_store(tmp_path: Path) -> None:
     service.delete_user("t", "user3")
     assert "user3" not in service.engine("t", "user3")._indexes
     assert not service.has_user("t", "user3") and service.has_user("t", "user4")
+
+
+def test_lookup_encodes_once_and_retrieves_in_one_call(tmp_path: Path) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", max_users=2)
+    qvec, found = service.lookup("t", "new", "Lisbon trip", k_sessions=3, k_memories=3)
+    assert found is None and qvec is not None and qvec.shape == (service.embedder.dim,)  # type: ignore[union-attr]
+    service.record_turn(
+        "t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={}, user_vector=qvec
+    )
+    qvec2, found = service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)
+    assert found is not None and [s.session.id for s in found.sessions if s.session] == [1]
+    assert qvec2 is not None and (qvec2 == qvec).all()
+    for user in ("b", "c", "d"):  # the index bound holds across the shards of a tenant
+        service.record_turn("t", user, turn("hello"), session_id="s", metadata={})
+        service.lookup("t", user, "hello", k_sessions=1, k_memories=0)
+    assert sum(len(e._indexes) for e in service._engines.values()) <= 2
+
+
+def test_recording_a_known_users_turn_is_a_single_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash")
+    service.record_turn("t", "ana", turn("First."), session_id="s1", metadata={})  # adds the user too
+    view = service.view("t")
+    calls: list[object] = []
+    monkeypatch.setattr(view, "add_user", lambda *args, **kwargs: calls.append(args))
+    qvec = service.encode("Second.")
+    service.record_turn("t", "ana", turn("Second."), session_id="s2", metadata={}, user_vector=qvec)
+    service.record_turn("t", "ana", turn("Third."), session_id="s3", metadata={})
+    assert calls == [] and view.count_sessions("ana") == 3

@@ -9,6 +9,7 @@ decide which ones to apply in a given communication context (see :mod:`personali
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -90,6 +91,8 @@ class MemoryEngine:
     channel. Embeddings are computed when a session is added and cached in the store.
     ``tenant``: whose users this engine serves (a store object given with another tenant is viewed
     as that tenant; the default tenant keeps single-tenant behaviour).
+    ``max_users``: keep at most this many users' indexes in memory (least recently searched evicted;
+    an evicted user's index is rebuilt from the store on their next search). None: no bound.
     """
 
     def __init__(
@@ -100,14 +103,19 @@ class MemoryEngine:
         config: RetrievalConfig | None = None,
         limits: Limits | None = None,
         tenant: str | None = None,
+        max_users: int | None = None,
     ) -> None:
+        if max_users is not None and max_users < 1:
+            raise ConfigError(f"max_users must be at least 1, got {max_users}")
         if isinstance(store, (str, Path)):
             self.store = open_store(store, limits=limits or Limits(), tenant=tenant or DEFAULT_TENANT)
         else:
             self.store = store.tenant_view(tenant) if tenant and tenant != store.tenant else store
         self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
         self.config = config or RetrievalConfig()
-        self._indexes: dict[str, UserIndex] = {}
+        # the users' indexes, least recently searched first; at most max_users (None: no bound)
+        self.max_users = max_users
+        self._indexes: OrderedDict[str, UserIndex] = OrderedDict()
         self._lock = threading.RLock()  # one retrieval (refresh + search) at a time per engine
 
     def close(self) -> None:
@@ -175,6 +183,11 @@ class MemoryEngine:
             if index is None:
                 index = self._indexes[user_id] = UserIndex(self.store, user_id, self.embedder)
                 refresh = True
+                if self.max_users is not None:
+                    while len(self._indexes) > self.max_users:
+                        self._indexes.popitem(last=False)  # evict the least recently searched user
+            else:
+                self._indexes.move_to_end(user_id)
             if refresh:
                 index.refresh()
             return index

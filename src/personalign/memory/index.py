@@ -1,8 +1,14 @@
 """Per-user retrieval over a store: BM25, dense and exact-name channels, fused by rank.
 
-Sessions are append-only, so the index of a growing store takes only the new sessions (their
-embeddings come from the store's cache); BM25 is rebuilt lazily on the next search after a change.
-Memories change (supersession), so they are reloaded whole when the user's revision moves.
+The index is kept in step with the store incrementally: a refresh takes only the sessions with ids
+above the last one it has seen (the store's ids of a user grow in commit order) and appends them to
+every channel, BM25 included (:class:`~personalign.retrieval.IncrementalBM25`, whose scores equal a
+fresh build). It rebuilds only when the store no longer matches what was appended: rows deleted (the
+session count is short of what it has seen plus the new rows), a new session older than the newest
+indexed one (positions follow time order), or the user deleted and re-added. Memories are reread
+when the user's revision moves (they are few, and supersession edits them) and their text index is
+extended while the old list is a prefix of the new one, rebuilt otherwise. So an incremental index
+ranks exactly as a full rebuild, ties included, on every replica sharing the store.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import numpy as np
 from personalign.memory.backend import MemoryBackend
 from personalign.memory.entities import EntityIndex, entity_keys, factor_matches
 from personalign.memory.types import MemoryRecord, StoredSession
-from personalign.retrieval import BM25Index, DenseIndex, Embedder, reciprocal_rank_fusion, tokenize
+from personalign.retrieval import DenseIndex, Embedder, IncrementalBM25, reciprocal_rank_fusion, tokenize
 
 CHANNELS = ("bm25", "dense", "exact")
 
@@ -37,12 +43,13 @@ class _Units:
     texts: list[str] = field(default_factory=list)
     dense_rows: list[np.ndarray] = field(default_factory=list)
     entities: EntityIndex = field(default_factory=EntityIndex)
-    bm25: BM25Index | None = None
+    bm25: IncrementalBM25 = field(default_factory=IncrementalBM25)
     dense: DenseIndex | None = None
 
-    def lexical(self) -> BM25Index:
-        if self.bm25 is None or self.bm25.size != len(self.texts):
-            self.bm25 = BM25Index(self.texts)
+    def lexical(self) -> IncrementalBM25:
+        """The BM25 index over ``texts``, extended by the texts appended since the last search."""
+        if self.bm25.size < len(self.texts):
+            self.bm25.add(self.texts[self.bm25.size :])
         return self.bm25
 
     def vectors(self, embedder: Embedder) -> DenseIndex:
@@ -72,32 +79,67 @@ class UserIndex:
         self._last_session = 0
         self._times: np.ndarray = np.zeros(0)  # (timestamp, seq) of each session, for ordering
         self._seqs: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.rebuilds = 0  # full session rebuilds after the first build (deletes, out-of-order rows)
 
     def refresh(self) -> None:
+        """Catch up with the store: append what was added since the last refresh, rebuild what changed."""
         revision = self.store.user_version(self.user_id)
         if revision == self._revision:
             return
         if revision[0] != self._revision[0] and self._revision[0] != -1:
             self._reset()  # the user was deleted and added again: nothing cached is theirs
-        new = self.store.sessions(self.user_id, after_id=self._last_session)
-        if new:
-            self._add_sessions(new)
-            self._last_session = max(s.id for s in self.sessions)
-        self.memories = self.store.memories(self.user_id, include_superseded=True)
-        self._m = _Units()
-        self._m.texts = [memory_text(m) for m in self.memories]
-        self._factor_words = [frozenset(tokenize(m.context_factor)) for m in self.memories]
-        if self.embedder is not None:
-            self._m.dense_rows = self._embed("m", [m.id for m in self.memories], self._m.texts)
+        self._refresh_sessions()
+        self._refresh_memories()
         self._revision = revision
 
-    def _reset(self) -> None:
-        self.sessions, self.memories = [], []
-        self._s, self._m = _Units(), _Units()
-        self._factor_words = []
+    def _refresh_sessions(self) -> None:
+        count, last = self.store.session_span(self.user_id)
+        new = (
+            self.store.sessions(self.user_id, after_id=self._last_session, until_id=last)
+            if last > self._last_session
+            else []
+        )
+        in_order = not (new and self.sessions) or _order(new[0]) > _order(self.sessions[-1])
+        if len(self.sessions) + len(new) != count or not in_order:
+            # rows deleted, or a session older than the newest indexed one: rebuild in the store's order
+            self._reset_sessions()
+            new = self.store.sessions(self.user_id, until_id=last)
+            self.rebuilds += 1
+        if new:
+            self._add_sessions(new)
+            self._last_session = max(self._last_session, max(s.id for s in new))
+
+    def _refresh_memories(self) -> None:
+        memories = self.store.memories(self.user_id, include_superseded=True)
+        texts = [memory_text(m) for m in memories]
+        old = len(self.memories)
+        extend = (
+            len(memories) >= old
+            and all(m.id == o.id for m, o in zip(memories, self.memories, strict=False))
+            and texts[:old] == self._m.texts
+        )
+        if not extend:
+            self._m = _Units()
+            self._factor_words = []
+            old = 0
+        self.memories = memories
+        self._m.texts.extend(texts[old:])
+        self._factor_words.extend(frozenset(tokenize(m.context_factor)) for m in memories[old:])
+        if self.embedder is not None and len(memories) > old:
+            self._m.dense_rows.extend(self._embed("m", [m.id for m in memories[old:]], texts[old:]))
+
+    def _reset_sessions(self) -> None:
+        self.sessions = []
+        self._s = _Units()
         self._last_session = 0
         self._times = np.zeros(0)
         self._seqs = np.zeros(0, dtype=np.int64)
+
+    def _reset(self) -> None:
+        self._reset_sessions()
+        self.memories = []
+        self._m = _Units()
+        self._factor_words = []
 
     def _add_sessions(self, new: Sequence[StoredSession]) -> None:
         self.sessions.extend(new)
@@ -208,6 +250,11 @@ class UserIndex:
             # nothing scored (e.g. no shared words and no embedder): newest eligible memories first
             filtered = {"recent": sorted(allowed, key=lambda i: self.memories[i].valid_from, reverse=True)}
         return _fuse(filtered, k), bool(by_factor)
+
+
+def _order(session: StoredSession) -> tuple[float, int]:
+    """A session's place in the store's order (timestamp, then insertion)."""
+    return (session.timestamp, session.seq)
 
 
 def _fuse(rankings: dict[str, list[int]], k: int) -> list[tuple[int, float, dict[str, int]]]:

@@ -34,6 +34,7 @@ ROLES = ("user", "assistant", "system")
 # Child tables first: the order in which a user's rows are deleted.
 TABLES = ("extractions", "embeddings", "memory_history", "turns", "memories", "sessions", "users")
 MAX_TENANT_CHARS = 200
+SESSION_BATCH = 200  # sessions per INSERT statement (7 parameters each; SQLite allows 32766)
 
 
 def session_source(user_id: str, external_id: str | None, n: int, total: int) -> str:
@@ -400,43 +401,64 @@ class SqlStore(ABC):
             uid = self._uid(tx, user_id, lock=True)
             seq_row = tx.one("SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = ?", (uid,))
             seq = int(seq_row[0]) if seq_row else 0
-            for new, source, pairs, meta_json, ts in rows:
+            for new, source, *_ in rows:
                 if new.external_id is not None and tx.one(
                     "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, new.external_id)
                 ):
                     raise DataError(source, None, "external_id", "a session with this id is already stored")
-                session_id = tx.insert(
-                    "INSERT INTO sessions (uid, external_id, ts, seq, n_turns, metadata, created)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (uid, new.external_id, ts, seq, len(pairs), meta_json, time.time()),
-                )
-                seq += 1
-                turns.extend((session_id, uid, i, role, content) for i, (role, content) in enumerate(pairs))
-                vectors.extend((uid, session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items())
-                ids.append(session_id)
+            now = time.time()
+            for start in range(0, len(rows), SESSION_BATCH):  # one multi-row statement per batch
+                chunk = rows[start : start + SESSION_BATCH]
+                values = [
+                    (uid, new.external_id, ts, seq + start + n, len(pairs), meta_json, now)
+                    for n, (new, _, pairs, meta_json, ts) in enumerate(chunk)
+                ]
+                placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(values))
+                by_seq = {
+                    int(r[1]): int(r[0])
+                    for r in tx.rows(
+                        "INSERT INTO sessions (uid, external_id, ts, seq, n_turns, metadata, created)"
+                        f" VALUES {placeholders} RETURNING id, seq",
+                        [v for row in values for v in row],
+                    )
+                }
+                for n, (new, _, pairs, _, _) in enumerate(chunk):
+                    session_id = by_seq[seq + start + n]  # matched by seq: RETURNING order is not promised
+                    turns.extend((session_id, uid, i, role, c) for i, (role, c) in enumerate(pairs))
+                    vectors.extend(
+                        (uid, "s", session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items()
+                    )
+                    ids.append(session_id)
             # one batch each for the turns and vectors of every session (a round trip each on a server)
             tx.many("INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)", turns)
             tx.many(
-                "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, 's', ?, ?, ?)",
+                "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, ?, ?, ?, ?)",
                 vectors,
             )
             self._bump(tx, uid)
         return ids
 
-    def sessions(self, user_id: str, *, after_id: int = 0) -> list[StoredSession]:
-        """A user's sessions, oldest first (by timestamp, then insertion); ``after_id`` skips older ids."""
+    def sessions(
+        self, user_id: str, *, after_id: int = 0, until_id: int | None = None
+    ) -> list[StoredSession]:
+        """A user's sessions, oldest first (by timestamp, then insertion); only ids in
+        (``after_id``, ``until_id``] (an index catching up takes the rows it has not seen)."""
+        upper = " AND id <= ?" if until_id is not None else ""
+        bounds: tuple[int, ...] = (after_id,) if until_id is None else (after_id, until_id)
         with self._read_tx() as tx:
             uid = self._uid(tx, user_id)
             rows = tx.rows(
                 "SELECT id, external_id, ts, seq, metadata FROM sessions WHERE uid = ? AND id > ?"
-                " ORDER BY ts, seq",
-                (uid, after_id),
+                + upper
+                + " ORDER BY ts, seq",
+                (uid, *bounds),
             )
             turns: dict[int, list[Turn]] = {}
             for sid, idx, role, content in tx.rows(
                 "SELECT session_id, idx, role, content FROM turns WHERE uid = ? AND session_id > ?"
-                " ORDER BY session_id, idx",
-                (uid, after_id),
+                + upper.replace("id", "session_id")
+                + " ORDER BY session_id, idx",
+                (uid, *bounds),
             ):
                 turns.setdefault(int(sid), []).append(Turn(int(idx), role, content))
         return [
@@ -463,6 +485,15 @@ class SqlStore(ABC):
         with self._read_tx() as tx:
             uid = self._uid(tx, user_id)
             return int(tx.rows("SELECT COUNT(*) FROM sessions WHERE uid = ?", (uid,))[0][0])
+
+    def session_span(self, user_id: str) -> tuple[int, int]:
+        """(number of sessions, largest session id) of a user, read at once: with the ids an index
+        has seen, it tells whether rows were only added since (count grew by the new ids) or not."""
+        with self._read_tx() as tx:
+            uid = self._uid(tx, user_id)
+            row = tx.one("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM sessions WHERE uid = ?", (uid,))
+        assert row is not None
+        return int(row[0]), int(row[1])
 
     # --- embeddings --------------------------------------------------------------------------
 
@@ -684,6 +715,63 @@ class SqlStore(ABC):
             if old == new_id:
                 break
         return new_id
+
+    def correct_memory(self, user_id: str, memory_id: int, content: str) -> MemoryRecord:
+        """A corrected version of a memory, in one transaction: same kind, category and context
+        factor, ``source='correction'``; the old version stays in the history, superseded by it (a
+        preference through the usual supersession of its context, a fact retired explicitly)."""
+        where = f"user {user_id!r} memory {memory_id}"
+        if not isinstance(content, str) or not content.strip():
+            raise DataError(where, None, "content", "memory content must be a non-empty string")
+        if len(content) > self.limits.max_chars_per_turn:
+            raise DataError(where, None, "content", "memory content exceeds the per-message limit")
+        self._text(content, where, None, "content")
+        with self._write() as tx:
+            uid = self._uid(tx, user_id, lock=True)
+            old = tx.one(
+                "SELECT kind, category, factor, valid_to FROM memories WHERE id = ? AND uid = ?",
+                (int(memory_id), uid),
+            )
+            if old is None:
+                raise DataError(
+                    f"user {user_id!r}", None, "memory_id", f"no memory {memory_id} for this user"
+                )
+            kind, category, factor, valid_to = old
+            item = {"content": content, "kind": kind, "category": category, "context_factor": factor}
+            new_id = self._insert_memory(tx, uid, item, None, time.time(), "correction", True)
+            if kind != "preference" and valid_to is None:  # facts never supersede each other
+                now = time.time()
+                tx.run(
+                    "UPDATE memories SET valid_to = ?, superseded_by = ? WHERE id = ? AND uid = ?",
+                    (now, new_id, int(memory_id), uid),
+                )
+                tx.run(
+                    "INSERT INTO memory_history (uid, memory_id, event, at, detail)"
+                    " VALUES (?, ?, 'superseded', ?, ?)",
+                    (uid, int(memory_id), now, json.dumps({"by": new_id})),
+                )
+            self._bump(tx, uid)
+        return next(m for m in self.memories(user_id, include_superseded=True) if m.id == new_id)
+
+    def delete_memory(self, user_id: str, memory_id: int) -> None:
+        """Remove one memory with its history events and embeddings, in one transaction. Versions it
+        had superseded stay retired (their link to it is cleared); an unknown id is a DataError."""
+        with self._write() as tx:
+            uid = self._uid(tx, user_id, lock=True)
+            if tx.one("SELECT 1 FROM memories WHERE id = ? AND uid = ?", (int(memory_id), uid)) is None:
+                raise DataError(
+                    f"user {user_id!r}", None, "memory_id", f"no memory {memory_id} for this user"
+                )
+            tx.run(
+                "UPDATE memories SET superseded_by = NULL WHERE uid = ? AND superseded_by = ?",
+                (uid, int(memory_id)),
+            )
+            tx.run("DELETE FROM memory_history WHERE uid = ? AND memory_id = ?", (uid, int(memory_id)))
+            tx.run(
+                "DELETE FROM embeddings WHERE uid = ? AND unit = 'm' AND unit_id = ?", (uid, int(memory_id))
+            )
+            tx.run("DELETE FROM memories WHERE uid = ? AND id = ?", (uid, int(memory_id)))
+            self._bump(tx, uid)
 
     def memories(
         self, user_id: str, *, include_superseded: bool = False, kind: str | None = None

@@ -18,7 +18,7 @@ from personalign.retrieval.dense import (
     load_embedder,
 )
 from personalign.retrieval.fusion import reciprocal_rank_fusion
-from personalign.retrieval.lexical import BM25Index, tokenize
+from personalign.retrieval.lexical import BM25Index, IncrementalBM25, tokenize
 from personalign.retrieval.okapi import OkapiBM25Index, whitespace_tokenize
 from personalign.retrieval.types import Hit, top_k
 
@@ -32,6 +32,7 @@ __all__ = [
     "EmbeddingCache",
     "HashingEmbedder",
     "Hit",
+    "IncrementalBM25",
     "MiniLMOnnxEmbedder",
     "OkapiBM25Index",
     "SentenceTransformerEmbedder",

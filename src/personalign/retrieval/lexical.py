@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from personalign.retrieval.types import Hit, top_k
 
@@ -61,5 +64,75 @@ class BM25Index:
     def search(self, query: str, k: int) -> list[Hit]:
         """The ``k`` best-scoring units for ``query``, best first."""
         if not self._known_terms(query):  # nothing can score above 0: skip scoring every unit
+            return []
+        return top_k(self.scores(query), k, min_score=0.0)
+
+
+class IncrementalBM25:
+    """BM25 that takes new documents without a rebuild: the same scores as :class:`BM25Index`.
+
+    It keeps term statistics (postings with term counts, document lengths) instead of a precomputed
+    score matrix and scores each query from them, so adding a document costs only its own tokens
+    and a query costs the postings of its terms. The arithmetic follows ``bm25s``'s Lucene variant
+    step by step (float32 idf and accumulation), so scores equal a fresh :class:`BM25Index` over the
+    same texts, bit for bit, and rankings (ties included) agree.
+    """
+
+    def __init__(self, texts: Sequence[str] = (), *, k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.size = 0
+        self._total = 0  # sum of document lengths (tokens)
+        self._lengths: list[int] = []
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}  # term -> (documents, counts)
+        self._arrays: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]] = {}
+        self._length_array: npt.NDArray[np.int64] | None = None
+        self.add(texts)
+
+    def add(self, texts: Iterable[str]) -> None:
+        """Append documents (their positions follow the existing ones)."""
+        for text in texts:
+            tokens = tokenize(text) or [""]  # as BM25Index: an empty unit still counts one token
+            for term, count in Counter(tokens).items():
+                docs, counts = self._postings.setdefault(term, ([], []))
+                docs.append(self.size)
+                counts.append(count)
+                self._arrays.pop(term, None)
+            self._lengths.append(len(tokens))
+            self._total += len(tokens)
+            self.size += 1
+            self._length_array = None
+
+    def _postings_of(self, term: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        cached = self._arrays.get(term)
+        if cached is None:
+            docs, counts = self._postings[term]
+            cached = self._arrays[term] = (
+                np.array(docs, dtype=np.int64),
+                np.array(counts, dtype=np.float32),
+            )
+        return cached
+
+    def scores(self, query: str) -> npt.NDArray[np.float32]:
+        """BM25 score of every indexed unit for ``query`` (zeros when nothing matches)."""
+        out = np.zeros(self.size, dtype=np.float32)
+        terms = [t for t in tokenize(query) if t in self._postings]
+        if not terms:
+            return out
+        if self._length_array is None:
+            self._length_array = np.array(self._lengths, dtype=np.int64)
+        n = self.size
+        average = np.float64(self._total) / n  # == the mean of the lengths (an exact integer sum)
+        k1, b = self.k1, self.b
+        for term in terms:  # query order, repeats included, as bm25s accumulates
+            docs, counts = self._postings_of(term)
+            df = len(docs)
+            idf = np.float32(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+            tfc = counts / (k1 * ((1 - b) + b * self._length_array[docs] / average) + counts)
+            out[docs] += (idf * tfc).astype(np.float32)
+        return out
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """The ``k`` best-scoring units for ``query``, best first (ties by position)."""
+        if not any(t in self._postings for t in tokenize(query)):
             return []
         return top_k(self.scores(query), k, min_score=0.0)

@@ -29,7 +29,7 @@ from starlette.types import Message as AsgiMessage
 from personalign.errors import DataError, ModelCallError, PersonalignError
 from personalign.llm import GenerateConfig, ModelFactory
 from personalign.memory.backend import MemoryBackend
-from personalign.memory.engine import RetrievalConfig
+from personalign.memory.engine import Retrieval, RetrievalConfig
 from personalign.memory.select import (
     SelectionPolicy,
     applied,
@@ -65,6 +65,7 @@ class GatewayConfig:
     k_memories: int = 8
     extraction_workers: int = 2
     index_shards: int = 16  # users' search indexes in this many independently locked engines
+    indexed_users: int = 4096  # users' indexes kept in memory per tenant (least recently searched evicted)
     # Builds the model factory of upstream calls (tests inject scripted backends); default: no cache.
     factory: Callable[[], ModelFactory] | None = None
     extractor_factory: Callable[[], ModelFactory] | None = None
@@ -226,6 +227,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         embedder=config.embedder,
         config=RetrievalConfig(k_sessions=config.k_sessions, k_memories=config.k_memories),
         shards=config.index_shards,
+        max_users=config.indexed_users,
     )
     factory = config.factory() if config.factory is not None else ModelFactory(cache=None)
     upstreams = Upstreams(factory, config.upstreams)
@@ -372,10 +374,13 @@ def create_app(config: GatewayConfig) -> FastAPI:
         qvec = None
         if user is not None:
             started = time.perf_counter()
-            qvec = await run_in_threadpool(service.encode, last_user)
-            block, n_memories, n_sessions = await memory_block(
-                key.tenant, user, last_user, options.context, qvec
-            )
+            # while this user's index upkeep runs, search the index as it is rather than queue behind it
+            fresh = scoped_id(key.tenant, user) not in warming
+            qvec, found = await run_in_threadpool(  # one hop to the thread pool for all the blocking work
+                service.lookup, key.tenant, user, last_user,
+                k_sessions=config.k_sessions, k_memories=config.k_memories, refresh=fresh,
+            )  # fmt: skip
+            block, n_memories, n_sessions = await memory_block(found, options.context)
             metrics.observe("personalign_memory_seconds", time.perf_counter() - started)
             headers = {"X-Personalign-Memory": "on", "X-Personalign-Memories": str(n_memories),
                        "X-Personalign-Sessions": str(n_sessions)}  # fmt: skip
@@ -521,18 +526,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
             yield event([], usage=counts)
         yield b"data: [DONE]\n\n"
 
-    async def memory_block(
-        tenant: str, user: str, query: str, context: ContextIn | None, qvec: Any
-    ) -> tuple[str, int, int]:
+    async def memory_block(found: Retrieval | None, context: ContextIn | None) -> tuple[str, int, int]:
         """The rendered block, the number of memories applied and of sessions shown ('' if none)."""
-        if not await run_in_threadpool(service.has_user, tenant, user):
+        if found is None:  # the user has no history yet
             return "", 0, 0
-        # while this user's index upkeep runs, search the index as it is rather than queue behind it
-        fresh = scoped_id(tenant, user) not in warming
-        found = await run_in_threadpool(
-            service.retrieve, tenant, user, query, k_sessions=config.k_sessions, k_memories=config.k_memories,
-            query_vector=qvec, refresh=fresh,
-        )  # fmt: skip
         if not found.memories and not found.sessions:
             return "", 0, 0
         ctx = CommunicationContext(**context.model_dump()) if context is not None else CommunicationContext()

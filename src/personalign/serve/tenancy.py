@@ -5,17 +5,13 @@ that tenant's users; user ids are opaque data, passed to the store as bound SQL 
 tenant's users are spread over ``shards`` engines (independently locked indexes) by a hash of the
 (tenant, user) pair, so index upkeep for one user holds up only its shard.
 
-The store offers no single-memory delete yet: :meth:`MemoryService.delete_memory` and the
-retirement of a corrected fact use the SQL store's transaction helpers (parameterised statements,
-the same on SQLite and PostgreSQL).
+Each engine keeps at most ``max_users // shards`` users' indexes (least recently searched evicted).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -27,7 +23,7 @@ import numpy.typing as npt
 from personalign.errors import DataError
 from personalign.memory.backend import MemoryBackend, NewSession, UnknownUserError
 from personalign.memory.engine import MemoryEngine, Retrieval, RetrievalConfig
-from personalign.memory.sqlbase import SqlStore, check_text, validate_messages
+from personalign.memory.sqlbase import check_text, validate_messages
 from personalign.memory.stores import open_store
 from personalign.memory.types import MemoryRecord
 from personalign.retrieval import Embedder, load_embedder
@@ -77,11 +73,13 @@ class MemoryService:
         embedder: Embedder | str | None = "minilm",
         config: RetrievalConfig | None = None,
         shards: int = 1,
+        max_users: int = 4096,
     ) -> None:
         self.store = open_store(store)
         self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
         self.config = config or RetrievalConfig()
         self.shards = max(1, shards)
+        self.max_users = max(1, max_users)  # users' indexes kept in memory per tenant (all shards)
         self._engines: dict[tuple[str, int], MemoryEngine] = {}
         self._views: dict[str, MemoryBackend] = {}
         self._lock = threading.Lock()
@@ -105,7 +103,12 @@ class MemoryService:
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
-                engine = self._engines[key] = MemoryEngine(view, embedder=self.embedder, config=self.config)
+                engine = self._engines[key] = MemoryEngine(
+                    view,
+                    embedder=self.embedder,
+                    config=self.config,
+                    max_users=max(1, self.max_users // self.shards),
+                )
             return engine
 
     def ping(self) -> None:
@@ -155,6 +158,26 @@ class MemoryService:
             refresh=refresh,
         )
 
+    def lookup(
+        self, tenant: str, user: str, query: str, *, k_sessions: int, k_memories: int, refresh: bool = True
+    ) -> tuple[npt.NDArray[np.float32] | None, Retrieval | None]:
+        """The request's work before the upstream call, in one blocking call (one thread-pool hop for
+        the gateway): the query encoded once (:meth:`encode`) and what is retrieved for it (None
+        when the user has no history yet)."""
+        qvec = self.encode(query)
+        if not self.view(tenant).has_user(check_user(user)):
+            return qvec, None
+        found = self.engine(tenant, user).retrieve(
+            user,
+            query,
+            k_sessions=k_sessions,
+            k_memories=k_memories,
+            include_history=True,
+            query_vector=qvec,
+            refresh=refresh,
+        )
+        return qvec, found
+
     def check_exchange(self, messages: Sequence[Mapping[str, str]]) -> None:
         """Raise DataError for an exchange the store would refuse (too long, bad text)."""
         validate_messages(list(messages), source="the last user message", limits=self.store.limits)
@@ -169,13 +192,30 @@ class MemoryService:
         metadata: Mapping[str, Any],
         user_vector: npt.NDArray[np.float32] | None = None,
     ) -> int:
-        """Store one exchange as a session (with its embedding) in one transaction.
+        """Store one exchange as a session (with its embedding) in one transaction (two for a user's
+        first: the user row, then the exchange).
 
         ``user_vector``: the exchange's user turn already encoded (see :meth:`encode`), stored as the
         session's embedding instead of encoding the same text again.
         """
         view = self.view(tenant)
-        view.add_user(check_user(user))
+        check_user(user)
+        try:  # a known user (every request after their first): one write transaction
+            return self._record(view, tenant, user, messages, session_id, metadata, user_vector)
+        except UnknownUserError:  # their first turn: add them, then record
+            view.add_user(user)
+            return self._record(view, tenant, user, messages, session_id, metadata, user_vector)
+
+    def _record(
+        self,
+        view: MemoryBackend,
+        tenant: str,
+        user: str,
+        messages: Sequence[Mapping[str, str]],
+        session_id: str,
+        metadata: Mapping[str, Any],
+        user_vector: npt.NDArray[np.float32] | None,
+    ) -> int:
         users = [m for m in messages if m.get("role") == "user"]
         if user_vector is None or self.embedder is None or len(users) != 1:
             return self.engine(tenant, user).add_session(
@@ -225,50 +265,16 @@ class MemoryService:
 
     def correct(self, tenant: str, user: str, memory_id: int, content: str) -> MemoryRecord:
         """A corrected version of a memory: same kind, category and context factor, superseding it."""
-        old = self.memory(tenant, user, memory_id)
-        view = self.view(tenant)
-        new = view.add_memory(
-            user, content, kind=old.kind, category=old.category, context_factor=old.context_factor
-        )
-        if old.kind != "preference":  # facts never supersede each other: retire the old one explicitly
-            with self._sql(view)._write() as tx:
-                uid = self._sql(view)._uid(tx, user, lock=True)
-                now = time.time()
-                tx.run(
-                    "UPDATE memories SET valid_to = ?, superseded_by = ? WHERE id = ? AND uid = ?",
-                    (now, new.id, old.id, uid),
-                )
-                tx.run(
-                    "INSERT INTO memory_history (uid, memory_id, event, at, detail)"
-                    " VALUES (?, ?, 'superseded', ?, ?)",
-                    (uid, old.id, now, json.dumps({"by": new.id})),
-                )
-                tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
-            new = self.memory(tenant, user, new.id)
+        self.memory(tenant, user, memory_id)
+        new = self.view(tenant).correct_memory(user, memory_id, content)
         self.refresh(tenant, user)
         return new
 
     def delete_memory(self, tenant: str, user: str, memory_id: int) -> None:
         """Remove one memory, its history and its embeddings. Versions it superseded stay retired."""
         self.memory(tenant, user, memory_id)
-        view = self._sql(self.view(tenant))
-        with view._write() as tx:
-            uid = view._uid(tx, user, lock=True)
-            tx.run(
-                "UPDATE memories SET superseded_by = NULL WHERE uid = ? AND superseded_by = ?",
-                (uid, memory_id),
-            )
-            tx.run("DELETE FROM memory_history WHERE uid = ? AND memory_id = ?", (uid, memory_id))
-            tx.run("DELETE FROM embeddings WHERE uid = ? AND unit = 'm' AND unit_id = ?", (uid, memory_id))
-            tx.run("DELETE FROM memories WHERE uid = ? AND id = ?", (uid, memory_id))
-            tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
+        self.view(tenant).delete_memory(user, memory_id)
         self.refresh(tenant, user)
-
-    @staticmethod
-    def _sql(view: MemoryBackend) -> SqlStore:
-        if not isinstance(view, SqlStore):
-            raise TypeError(f"{type(view).__name__} is not an SQL store")
-        return view
 
     def delete_user(self, tenant: str, user: str) -> dict[str, int]:
         """Delete every row of the user in one transaction (and their index); rows deleted per table."""
