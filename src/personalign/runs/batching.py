@@ -36,7 +36,8 @@ from personalign.llm.batch import (
 )
 from personalign.llm.model import Model
 from personalign.llm.types import Completion, GenerateConfig
-from personalign.runs.runner import Deferred, Runner, RunOutcome
+from personalign.runs.records import RunOutcome
+from personalign.runs.runner import Deferred, Runner
 from personalign.types import Message
 
 log = logging.getLogger(__name__)
