@@ -12,19 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from personalign.data.files import read_records
 from personalign.errors import ConfigError, DataError, ParseError
 from personalign.fixtures import fixture_path
 from personalign.judges.parsing import extract_json
+from personalign.llm.spec import parse_model_spec
 from personalign.llm.types import GenerateConfig
-from personalign.runs.manifest import identity_diff, now
+from personalign.prompts import load_template
+from personalign.runs.manifest import environment, identity_diff, identity_hash, now
 from personalign.runs.records import StepRecord
 from personalign.runs.steps import StepRunner
 from personalign.runs.store import write_json
@@ -94,6 +97,40 @@ def text_schema(max_length: int, min_length: int = 1) -> dict[str, Any]:
     return {"type": "string", "minLength": min_length, "maxLength": max_length}
 
 
+def object_schema(properties: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-schema object requiring every one of `properties`."""
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def fixed_list_schema(key: str, item: dict[str, Any], n: int) -> dict[str, Any]:
+    """An object holding exactly `n` items of schema `item` under `key` (the fixed-length lists the
+    pipelines ask for: contexts, labels, dialogue turns, entities)."""
+    return object_schema({key: {"type": "array", "items": item, "minItems": n, "maxItems": n}})
+
+
+def parse_fixed_list(
+    model_type: type[BaseModel],
+    key: str,
+    n: int,
+    what: str,
+    noun: str = "items",
+    check: Callable[[list[Any]], None] | None = None,
+) -> Callable[[str], list[Any]]:
+    """A strict parser of `model_type` whose list field `key` must hold exactly `n` items (ParseError
+    naming `what` otherwise); `check` may refuse the list further. Items come back as plain values."""
+    base = parse_model(model_type, what)
+
+    def parse(text: str) -> list[Any]:
+        items = list(getattr(base(text), key))
+        if len(items) != n:
+            raise ParseError(f"{what}: {len(items)} {noun}, expected {n}")
+        if check is not None:
+            check(items)
+        return [item.model_dump() if isinstance(item, BaseModel) else item for item in items]
+
+    return parse
+
+
 class ModelOutput(BaseModel):
     """A generator's JSON answer: unknown keys are ignored, lengths are checked by the fields."""
 
@@ -109,12 +146,66 @@ class StrippedOutput(ModelOutput):
         return " ".join(value.split()) if isinstance(value, str) else value
 
 
+def text_output(name: str, bounds: Mapping[str, int], **extra: Any) -> type[StrippedOutput]:
+    """A `StrippedOutput` model with one non-empty string field per name of `bounds` (its maximum
+    length), plus `extra` fields given as pydantic ``(type, Field(...))`` pairs."""
+    fields: dict[str, Any] = {k: (str, Field(min_length=1, max_length=n)) for k, n in bounds.items()}
+    model: type[StrippedOutput] = create_model(name, __base__=StrippedOutput, **extra, **fields)
+    return model
+
+
 def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "x"
+
+
+# --- settings every pipeline shares ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthSettings:
+    """The settings every pipeline's config shares (keyword-only, after the pipeline's own fields):
+    the sampling seed, the seed descriptions, the schemas' length scale and the re-asks per call."""
+
+    seed: int = 0
+    seeds_file: str | None = None
+    allow_seed_reuse: bool = False
+    length_scale: float | None = None
+    reasks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.length_scale is not None and self.length_scale <= 0:
+            raise ConfigError("length_scale must be positive (or None to drop string length bounds)")
+        if self.reasks < 0:
+            raise ConfigError("reasks must be >= 0")
+
+    def identity_record(
+        self,
+        pipeline: str,
+        unit_count: str,
+        models: Mapping[str, str | None],
+        templates: Sequence[str],
+        *,
+        nested: bool,
+    ) -> dict[str, Any]:
+        """What defines the data: every setting but the unit count (it may grow) and the seed-reuse
+        permission, each role's model label (role -> label, under ``models`` when `nested`, else in
+        place of the role fields, as each pipeline has always recorded it), and the prompts' hashes."""
+        record = asdict(self)
+        for name in (unit_count, "allow_seed_reuse"):
+            record.pop(name)
+        labels = {role: parse_model_spec(spec).label for role, spec in models.items() if spec is not None}
+        if nested:
+            for role in models:
+                record.pop(role)
+            record["models"] = labels
+        else:
+            record.update(labels)
+        record["prompts"] = {name: load_template(name).sha256 for name in templates}
+        return {"pipeline": pipeline, **record}
 
 
 # --- per-unit state -------------------------------------------------------------------------
@@ -226,6 +317,78 @@ def open_output(out: Path, identity: dict[str, Any], manifest: dict[str, Any]) -
     out.mkdir(parents=True, exist_ok=True)
     write_json(path, {**manifest, "identity": identity, "created": now()})
     return False
+
+
+@dataclass
+class SynthResult:
+    """What a pipeline returns: its output directory, the summary it wrote and every unit's state."""
+
+    out: Path
+    summary: dict[str, Any]
+    states: list[UnitState]
+
+
+def start_output(
+    out: Path, pipeline: str, identity: dict[str, Any], config: Any, models: dict[str, Any]
+) -> bool:
+    """Write (or check, when resuming) the output manifest of a `pipeline` run with this frozen
+    dataclass `config` and the record of each role's model; True when resuming."""
+    manifest = {
+        "pipeline": pipeline,
+        "identity_hash": identity_hash(identity),
+        "config": asdict(config),
+        "models": models,
+        "environment": environment(),
+    }
+    return open_output(out, identity, manifest)
+
+
+def unit_seeds(path: str | None, n_units: int, allow_reuse: bool, what: str) -> list[PersonaSeed]:
+    """The seed descriptions for `n_units` units (bundled or `path`), refused when too few unless
+    reuse is allowed (`check_seed_reuse`)."""
+    seeds = load_seeds(path)
+    check_seed_reuse(n_units, seeds, path, allow_reuse, what)
+    return seeds
+
+
+def run_pool(
+    out: Path,
+    factory: Any,
+    make_states: Callable[[], Awaitable[list[UnitState]]],
+    *,
+    resample_failed: bool,
+) -> tuple[list[UnitState], dict[str, Any]]:
+    """Run a pipeline's units (`make_states`, usually `run_units`) on one event loop with re-sampling
+    set, close the factory's clients, and record the usage; returns the states and the usage summed
+    over every invocation."""
+
+    async def main() -> list[UnitState]:
+        RESAMPLE.set(resample_failed)
+        try:
+            return await make_states()
+        finally:
+            await factory.aclose()
+
+    return run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+
+
+def split_failed(
+    states: Sequence[UnitState],
+) -> tuple[list[UnitState], list[dict[str, Any]], dict[str, Any]]:
+    """The finished units, the failures (`{id, stage, error}`) and the validation report's failure
+    entries (an empty entry for each finished unit, for the caller to fill), in unit order: every
+    pipeline's summary starts from these."""
+    finished: list[UnitState] = []
+    failed: list[dict[str, Any]] = []
+    report: dict[str, Any] = {}
+    for state in states:
+        if state.status == "ok":
+            finished.append(state)
+            report[state.unit_id] = {}  # the caller's verdict; the key keeps the report in unit order
+            continue
+        failed.append({"id": state.unit_id, "stage": state.failed_stage, "error": state.error})
+        report[state.unit_id] = {"status": "failed", "stage": state.failed_stage, "error": state.error}
+    return finished, failed, report
 
 
 def balanced_pick(

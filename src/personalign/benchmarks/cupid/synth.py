@@ -15,7 +15,7 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,26 +44,22 @@ from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
 from personalign.llm.types import GenerateConfig
 from personalign.prompts import load_template
-from personalign.runs.manifest import environment, identity_hash
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
+from personalign.synth import common
 from personalign.synth.common import (
     ATTEMPT,
-    RESAMPLE,
     ModelOutput,
     PersonaSeed,
     Stage,
     StateStore,
+    SynthResult,
+    SynthSettings,
     UnitState,
     balanced_pick,
     begin,
-    check_seed_reuse,
     json_config,
-    load_seeds,
-    open_output,
     parse_model,
-    run_recorded,
-    run_units,
     scale_lengths,
     slug,
     text_schema,
@@ -101,11 +97,25 @@ MIN_SESSIONS = 9
 REPAIR_SAMPLE = 100
 
 
+# Token budget per role (the paper's sizes; a run may pass its own).
+MAX_TOKENS: dict[str, int] = {
+    "persona": 700,
+    "factors": 4096,
+    "changed": 300,
+    "session": 1200,
+    "user_simulator": 600,
+    "assistant": 600,
+    "decomposer": 400,
+    "leak_judge": 300,
+    "verifier": 300,
+}
+
+
 # --- configuration --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class CupidSynthConfig:
+class CupidSynthConfig(SynthSettings):
     """Everything that shapes the generated data (recorded in the output manifest).
 
     ``n_personas`` may grow between runs into the same directory: persona templates are
@@ -122,11 +132,7 @@ class CupidSynthConfig:
     n_factors: int = 8
     n_sessions: int = 13
     max_turns: int = 16
-    seed: int = 0
-    seeds_file: str | None = None
-    allow_seed_reuse: bool = False
     leak_threshold: float = 0.6
-    length_scale: float | None = None
     temperature: dict[str, float] = field(
         default_factory=lambda: {
             "persona": 0.7,
@@ -140,22 +146,10 @@ class CupidSynthConfig:
             "verifier": 0.0,
         }
     )
-    max_tokens: dict[str, int] = field(
-        default_factory=lambda: {
-            "persona": 700,
-            "factors": 4096,
-            "changed": 300,
-            "session": 1200,
-            "user_simulator": 600,
-            "assistant": 600,
-            "decomposer": 400,
-            "leak_judge": 300,
-            "verifier": 300,
-        }
-    )
-    reasks: int = 1
+    max_tokens: dict[str, int] = field(default_factory=lambda: dict(MAX_TOKENS))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_personas < 1:
             raise ConfigError("n_personas must be at least 1")
         if self.n_sessions < MIN_SESSIONS:
@@ -167,8 +161,6 @@ class CupidSynthConfig:
             raise ConfigError("n_factors must be at least 3 (the contrastive pair plus one other)")
         if self.max_turns < 0:
             raise ConfigError("max_turns must be >= 0")
-        if self.length_scale is not None and self.length_scale <= 0:
-            raise ConfigError("length_scale must be positive (or None to drop string length bounds)")
         if not 0 < self.leak_threshold <= 1:
             raise ConfigError("leak_threshold must be in (0, 1]")
 
@@ -181,16 +173,8 @@ class CupidSynthConfig:
         return getattr(self, role)  # type: ignore[no-any-return]
 
     def identity(self) -> dict[str, Any]:
-        record = asdict(self)
-        record.pop("n_personas")
-        record.pop("allow_seed_reuse")  # a permission, not a property of the data
-        record["models"] = {
-            r: parse_model_spec(s).label for r in ROLES if (s := self.model_for(r)) is not None
-        }
-        for r in ROLES:
-            record.pop(r)
-        record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
-        return {"pipeline": "cupid", **record}
+        models = {r: self.model_for(r) for r in ROLES}
+        return self.identity_record("cupid", "n_personas", models, list(TEMPLATES.values()), nested=True)
 
 
 # --- persona templates (pure) ---------------------------------------------------------------
@@ -1175,13 +1159,6 @@ def journey_from(
 # --- driving a whole synthesis --------------------------------------------------------------
 
 
-@dataclass
-class SynthResult:
-    out: Path
-    summary: dict[str, Any]
-    states: list[UnitState]
-
-
 def build_models(config: CupidSynthConfig, factory: ModelFactory) -> CupidModels:
     return CupidModels(
         generator=factory.get(config.generator),
@@ -1207,31 +1184,22 @@ def synthesize_cupid(
     `verify_against` (human labels), the summary reports the verifier's agreement with them."""
     if verify_against is not None and config.verifier is None:
         raise ConfigError("--verify-against needs the verifier stage (set a verifier model)")
-    seeds = load_seeds(config.seeds_file)
-    check_seed_reuse(config.n_personas, seeds, config.seeds_file, config.allow_seed_reuse, "personas")
+    seeds = common.unit_seeds(config.seeds_file, config.n_personas, config.allow_seed_reuse, "personas")
     templates = persona_templates(seeds, config.n_personas, config.seed)
     identity = config.identity()
-    manifest = {
-        "pipeline": "cupid",
-        "identity_hash": identity_hash(identity),
-        "config": asdict(config),
-        "models": {r: factory.get(s).spec.to_record() for r in ROLES if (s := config.model_for(r))},
-        "environment": environment(),
-    }
-    open_output(out, identity, manifest)
+    models_record = {r: factory.get(s).spec.to_record() for r in ROLES if (s := config.model_for(r))}
+    common.start_output(out, "cupid", identity, config, models_record)
     write_json(out / "persona_templates.json", templates)
     store = StateStore(out)
     models = build_models(config, factory)
     synthesizer = CupidSynthesizer(config, models, store)
 
-    async def main() -> list[UnitState]:
-        RESAMPLE.set(resample_failed)
-        try:
-            return await run_units(templates, synthesizer.run, concurrency=concurrency, on_done=on_done)
-        finally:
-            await factory.aclose()
-
-    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    states, usage = common.run_pool(
+        out,
+        factory,
+        lambda: common.run_units(templates, synthesizer.run, concurrency=concurrency, on_done=on_done),
+        resample_failed=resample_failed,
+    )
     summary = write_outputs(out, config, states, usage, verify_against)
     return SynthResult(out, summary, states)
 

@@ -22,39 +22,39 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.model import Model
-from personalign.llm.spec import parse_model_spec
 from personalign.prompts import load_template
-from personalign.runs.manifest import environment, identity_hash, now
+from personalign.runs.manifest import now
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
+from personalign.synth import common
 from personalign.synth.common import (
-    RESAMPLE,
     Stage,
     StateStore,
     StrippedOutput,
+    SynthResult,
+    SynthSettings,
     UnitState,
     balanced_pick,
     begin,
-    check_seed_reuse,
     content_words,
+    fixed_list_schema,
     json_config,
     lexical_leak,
-    load_seeds,
-    open_output,
+    object_schema,
+    parse_fixed_list,
     parse_model,
-    run_recorded,
-    run_units,
     scale_lengths,
+    text_output,
     text_schema,
     write_jsonl,
 )
@@ -205,39 +205,37 @@ def assign_splits(dialogue_rows: list[dict[str, Any]], qa_rows: list[dict[str, A
     return counts
 
 
+# Token budget per stage (enough for the paper's sizes; a run may pass its own).
+MAX_TOKENS: dict[str, int] = {
+    "profile": 200,
+    "personas": 800,
+    "schedules": 600,
+    "persona_dialogue": 2000,
+    "single_dialogue": 300,
+    "qa": 700,
+}
+
+
 # --- configuration --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class HicupidSynthConfig:
+class HicupidSynthConfig(SynthSettings):
     """Sizes default to the paper's: 25 persona items, 5 profile fields, 10 schedules, 10-round
     persona dialogues, 5 multi-info questions; generation is greedy as in the paper."""
 
     generator: str
+    temperature: float = 0.0
+    leak_threshold: float = 0.6
     n_users: int = 2
     n_personas: int = 25
     n_schedules: int = 10
     n_multi: int = 5
     persona_rounds: int = 10
-    seed: int = 0
-    seeds_file: str | None = None
-    allow_seed_reuse: bool = False
-    leak_threshold: float = 0.6
-    length_scale: float | None = None
-    temperature: float = 0.0
-    max_tokens: dict[str, int] = field(
-        default_factory=lambda: {
-            "profile": 200,
-            "personas": 800,
-            "schedules": 600,
-            "persona_dialogue": 2000,
-            "single_dialogue": 300,
-            "qa": 700,
-        }
-    )
-    reasks: int = 1
+    max_tokens: dict[str, int] = field(default_factory=lambda: dict(MAX_TOKENS))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_users < 1:
             raise ConfigError("n_users must be at least 1")
         if not 1 <= self.n_personas <= len(DIMENSIONS):
@@ -256,12 +254,8 @@ class HicupidSynthConfig:
         return self.n_personas + self.n_multi + self.n_schedules
 
     def identity(self) -> dict[str, Any]:
-        record = asdict(self)
-        record.pop("n_users")
-        record.pop("allow_seed_reuse")  # a permission, not a property of the data
-        record["generator"] = parse_model_spec(self.generator).label
-        record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
-        return {"pipeline": "hicupid", **record}
+        models = {"generator": self.generator}
+        return self.identity_record("hicupid", "n_users", models, list(TEMPLATES.values()), nested=False)
 
 
 # --- metadata drawn in code (pure) ----------------------------------------------------------
@@ -271,8 +265,7 @@ def user_plans(config: HicupidSynthConfig) -> list[dict[str, Any]]:
     """Per user: the seed description, persona dimensions with their relations, schedule
     times and the persona items used for multi-info questions; balanced across users and
     prefix-stable (user k depends only on the seed and users 0..k-1)."""
-    seeds = load_seeds(config.seeds_file)
-    check_seed_reuse(config.n_users, seeds, config.seeds_file, config.allow_seed_reuse, "users")
+    seeds = common.unit_seeds(config.seeds_file, config.n_users, config.allow_seed_reuse, "users")
     rng = random.Random(f"hicupid:{config.seed}")
     # each seed once before any twice (users sharing a seed get identical profiles at temperature 0)
     order = rng.sample(range(len(seeds)), len(seeds))
@@ -317,12 +310,11 @@ def describe_profile(profile: dict[str, Any]) -> str:
 # --- model outputs --------------------------------------------------------------------------
 
 
-class ProfileOut(StrippedOutput):
-    age: int = Field(ge=1, le=120)
-    gender: str = Field(min_length=1, max_length=60)
-    personality: str = Field(min_length=1, max_length=200)
-    occupation: str = Field(min_length=1, max_length=120)
-    income_range: str = Field(min_length=1, max_length=80)
+ProfileOut = text_output(
+    "ProfileOut",
+    {"gender": 60, "personality": 200, "occupation": 120, "income_range": 80},
+    age=(int, Field(ge=1, le=120)),
+)
 
 
 PROFILE_SCHEMA: dict[str, Any] = {
@@ -339,30 +331,27 @@ PROFILE_SCHEMA: dict[str, Any] = {
 
 
 def list_schema(key: str, n: int, max_length: int) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            key: {"type": "array", "items": text_schema(max_length), "minItems": n, "maxItems": n}
-        },
-        "required": [key],
-    }
+    return fixed_list_schema(key, text_schema(max_length), n)
+
+
+def _non_empty(key: str) -> Callable[[list[str]], None]:
+    def check(values: list[str]) -> None:
+        if any(not v for v in values):
+            raise ParseError(f"{key}: empty value")
+
+    return check
 
 
 def parse_list(key: str, n: int) -> Callable[[str], list[str]]:
     class ListOut(StrippedOutput):
         values: list[str] = Field(alias=key)
 
-    base = parse_model(ListOut, key)
+        @field_validator("values", mode="after")
+        @classmethod
+        def _fold(cls, values: list[str]) -> list[str]:
+            return [" ".join(v.split()) for v in values]
 
-    def parse(text: str) -> list[str]:
-        values = [" ".join(v.split()) for v in base(text).values]
-        if len(values) != n:
-            raise ParseError(f"{key}: {len(values)} values, expected {n}")
-        if any(not v for v in values):
-            raise ParseError(f"{key}: empty value")
-        return values
-
-    return parse
+    return parse_fixed_list(ListOut, "values", n, key, noun="values", check=_non_empty(key))
 
 
 class Turn(StrippedOutput):
@@ -374,33 +363,15 @@ class TurnsOut(StrippedOutput):
     turns: list[Turn]
 
 
-TURN_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"user": text_schema(400), "assistant": text_schema(500)},
-    "required": ["user", "assistant"],
-}
+TURN_SCHEMA = object_schema({"user": text_schema(400), "assistant": text_schema(500)})
 
 
 def turns_schema(rounds: int) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "turns": {"type": "array", "items": TURN_SCHEMA, "minItems": rounds, "maxItems": rounds}
-        },
-        "required": ["turns"],
-    }
+    return fixed_list_schema("turns", TURN_SCHEMA, rounds)
 
 
 def parse_turns(rounds: int) -> Callable[[str], list[dict[str, str]]]:
-    base = parse_model(TurnsOut, "persona dialogue")
-
-    def parse(text: str) -> list[dict[str, str]]:
-        turns = base(text).turns
-        if len(turns) != rounds:
-            raise ParseError(f"persona dialogue: {len(turns)} rounds, expected {rounds}")
-        return [t.model_dump() for t in turns]
-
-    return parse
+    return parse_fixed_list(TurnsOut, "turns", rounds, "persona dialogue", noun="rounds")
 
 
 class QAOut(StrippedOutput):
@@ -690,13 +661,6 @@ def _leak(q: HicupidQARow, threshold: float) -> str | None:
 # --- driving ---------------------------------------------------------------------------------
 
 
-@dataclass
-class HicupidResult:
-    out: Path
-    summary: dict[str, Any]
-    states: list[UnitState]
-
-
 def synthesize_hicupid(
     config: HicupidSynthConfig,
     out: Path,
@@ -705,39 +669,27 @@ def synthesize_hicupid(
     concurrency: int = 2,
     resample_failed: bool = False,
     on_done: Callable[[UnitState], None] | None = None,
-) -> HicupidResult:
+) -> SynthResult:
     plans = user_plans(config)
     identity = config.identity()
-    manifest = {
-        "pipeline": "hicupid",
-        "identity_hash": identity_hash(identity),
-        "config": asdict(config),
-        "models": {"generator": factory.get(config.generator).spec.to_record()},
-        "environment": environment(),
-    }
-    open_output(out, identity, manifest)
+    common.start_output(
+        out, "hicupid", identity, config, {"generator": factory.get(config.generator).spec.to_record()}
+    )
     store = StateStore(out)
     synthesizer = HicupidSynthesizer(config, factory.get(config.generator), store)
 
-    async def main() -> list[UnitState]:
-        RESAMPLE.set(resample_failed)
-        try:
-            return await run_units(plans, synthesizer.run, concurrency=concurrency, on_done=on_done)
-        finally:
-            await factory.aclose()
-
-    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    states, usage = common.run_pool(
+        out,
+        factory,
+        lambda: common.run_units(plans, synthesizer.run, concurrency=concurrency, on_done=on_done),
+        resample_failed=resample_failed,
+    )
     dialogue_rows: list[dict[str, Any]] = []
     qa_rows: list[dict[str, Any]] = []
     users: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
-    report: dict[str, Any] = {}
-    for state in states:
-        if state.status != "ok":
-            failed.append({"id": state.unit_id, "stage": state.failed_stage, "error": state.error})
-            report[state.unit_id] = {"status": "failed", "stage": state.failed_stage, "error": state.error}
-            continue
+    finished, failed, report = common.split_failed(states)
+    for state in finished:
         dialogues, qa = build_rows(state, config)
         problems = check_user(dialogues, qa, config)
         report[state.unit_id] = {"status": "rejected" if problems else "passed", "problems": problems}
@@ -772,4 +724,4 @@ def synthesize_hicupid(
         "usage": usage,
     }
     write_json(out / "summary.json", summary)
-    return HicupidResult(out, summary, states)
+    return SynthResult(out, summary, states)
