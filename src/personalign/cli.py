@@ -26,15 +26,13 @@ from personalign import registry
 from personalign.cli_common import (
     EXIT_INTERRUPTED,
     CacheOpt,
-    MaxCostOpt,
     MaxErrorRateOpt,
-    NoCacheOpt,
-    PricesOpt,
     ProgressOpt,
     ProtocolDirOpt,
     cli_errors,
     console,
     exit_for_run,
+    model_call_params,
 )
 from personalign.cli_memory import register as register_memory
 from personalign.cli_protocol import register as register_protocol
@@ -201,12 +199,7 @@ def _shared_params(spec: AnySpec) -> list[inspect.Parameter]:
             "Default: paper with --data hf, else personalign.",
         ),
         _param("protocol_dir", ProtocolDirOpt, None),
-        _param("max_cost", MaxCostOpt, None),
-        _param("prices", PricesOpt, None),
-        _param("cache", CacheOpt, None),
-        _param("no_cache", NoCacheOpt, False),
-        _param("progress", ProgressOpt, True),
-        _param("max_error_rate", MaxErrorRateOpt, 1.0),
+        *model_call_params(),
     ]
 
 

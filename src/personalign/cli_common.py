@@ -8,6 +8,7 @@ error (the message names the file, row and field); 3 stopped at the `--max-cost`
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -108,3 +109,20 @@ ProtocolDirOpt = Annotated[
         "(default: $PERSONALIGN_PROTOCOL_DIR_<NAME>, else the `personalign protocol fetch` cache).",
     ),
 ]
+
+
+def model_call_params() -> list[inspect.Parameter]:
+    """The options of every command that calls models (`run <benchmark>`, `synth <benchmark>`): cost cap,
+    prices, call cache, progress bar and the error rate that fails the command; keyword parameters."""
+
+    def option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+    return [
+        option("max_cost", MaxCostOpt, None),
+        option("prices", PricesOpt, None),
+        option("cache", CacheOpt, None),
+        option("no_cache", NoCacheOpt, False),
+        option("progress", ProgressOpt, True),
+        option("max_error_rate", MaxErrorRateOpt, 1.0),
+    ]

@@ -27,6 +27,9 @@ Optional hooks (a spec defines them only when it needs them; the lifecycle and C
   on the official hub data, else ``personalign``); ``protocol_help: str`` replaces its help text.
 - ``cli: str``: ``"module:function"`` of ``register(app, run_app)`` adding the benchmark's extra
   commands (e.g. ``run hicupid-retrieval``); loaded only when such a command is asked for.
+- ``synth: str``: ``"module:function"`` of ``register(synth_app)`` adding ``personalign synth <name>``
+  (data synthesis; `personalign.synth_options.synth_command` adds the shared options); loaded only
+  when `synth` is used.
 """
 
 from __future__ import annotations

@@ -82,6 +82,8 @@ class BenchPresSpec:
     """BenchPreS: are stored preferences applied only where the context allows them?"""
 
     name = "benchpres"
+    # `personalign synth benchpres`: its command(s), loaded when `synth` is used (cli_synth.py).
+    synth = "personalign.benchmarks.benchpres.synth_cli:register"
     title = "BenchPreS: are stored preferences applied only where the context allows them?"
     item_noun = "rows"
     default_seed = 0

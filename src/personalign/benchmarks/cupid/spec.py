@@ -36,6 +36,8 @@ class CupidSpec:
     """CUPID (Kim et al., 2025): infer the contextual preference behind a request from prior sessions."""
 
     name = "cupid"
+    # `personalign synth cupid`: its command(s), loaded when `synth` is used (cli_synth.py).
+    synth = "personalign.benchmarks.cupid.synth_cli:register"
     # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
     upstream = "personalign.benchmarks.cupid.protocol:SOURCE"
     title = "CUPID: infer the contextual preference behind a request from prior sessions"

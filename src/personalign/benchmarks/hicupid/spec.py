@@ -48,6 +48,8 @@ class HiCupidSpec:
     """HiCUPID (Mok et al., 2025): answer from a long dialogue history; A/B and YES/NO judges."""
 
     name = "hicupid"
+    # `personalign synth hicupid`: its command(s), loaded when `synth` is used (cli_synth.py).
+    synth = "personalign.benchmarks.hicupid.synth_cli:register"
     # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
     upstream = "personalign.benchmarks.hicupid.protocol:SOURCE"
     title = "HiCUPID: answer from a long history; A/B and YES/NO judges"
