@@ -98,10 +98,11 @@ def main() -> None:
     )
     start = time.monotonic()
     summary: dict[str, Any] = {}
+    resuming = (args.out / "state").is_dir()  # a resumed run re-samples its failed personas at once
     for attempt in range(args.attempts):
         factory = ModelFactory(cache=CallCache(args.out / "cache.sqlite"))
         result = synthesize_cupid(
-            config, args.out, factory, concurrency=args.concurrency, resample_failed=attempt > 0
+            config, args.out, factory, concurrency=args.concurrency, resample_failed=attempt > 0 or resuming
         )
         summary = result.summary
         if not summary["failed"]:

@@ -197,7 +197,11 @@ def _shared_params(name: str, concurrency: int, unit: str) -> list[inspect.Param
     def option(key: str, annotation: Any, default: Any) -> inspect.Parameter:
         return inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
-    seeds_help = f"Seed descriptions for the {unit} (.jsonl/.json/.parquet with occupation, description)."
+    seeds_help = (
+        f"Seed descriptions for the {unit}: 'personahub[:SUBSET]' (PersonaHub, datasets hub, online), "
+        "or a .jsonl/.json/.parquet file with occupation, description (or PersonaHub's 'input persona'). "
+        "Default: the 40 bundled seeds."
+    )
     return [
         option("out", OutOpt, Path(f"synth/{name}")),
         option("generator", GeneratorOpt, None),

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -198,3 +199,21 @@ def test_cli_synth_names_no_benchmark() -> None:
 
     text = Path(module.__file__).read_text()
     assert not any(name in text for name in ('"cupid"', '"hicupid"', '"benchpres"', "synthesize_"))
+
+
+def test_synth_seeds_personahub_offline_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasets
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    result = runner.invoke(
+        app,
+        ["synth", "hicupid", "-g", "scripted/x", "--seeds", "personahub", "--out", str(tmp_path / "h"),
+         "--no-progress", "--no-cache"],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    assert "cannot load proj-persona/PersonaHub" in result.output and "bundled seeds" in result.output

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 from pydantic import BaseModel, ValidationError
 
 from personalign.benchmarks.benchpres.synth import BenchpresSynthConfig
 from personalign.benchmarks.cupid.synth import CupidSynthConfig
 from personalign.benchmarks.hicupid.synth import HicupidSynthConfig
-from personalign.errors import ConfigError, ParseError
+from personalign.errors import ConfigError, DataError, ParseError
 from personalign.synth.common import (
     UnitState,
     fixed_list_schema,
+    load_seeds,
     object_schema,
     parse_fixed_list,
     split_failed,
@@ -102,3 +107,68 @@ def test_shared_settings_are_checked() -> None:
         HicupidSynthConfig(generator="scripted/g", length_scale=0)
     with pytest.raises(ConfigError, match="reasks"):
         BenchpresSynthConfig(generator="scripted/g", reasks=-1)
+
+
+# --- PersonaHub seeds ------------------------------------------------------------------------------
+
+STAND_IN = [  # our own sentences, in PersonaHub's "instruction" layout
+    {"input persona": "A retired pilot who restores small aircraft on weekends.", "synthesized text": "x"},
+    {"input persona": "Someone who collects stamps.", "synthesized text": "x"},  # no occupation: left out
+    {"input persona": "A  school teacher who runs the chess club.", "synthesized text": "x"},
+    {"input persona": "A school teacher who runs the chess club.", "synthesized text": "x"},  # repeated
+    {"input persona": "A data scientist and former nurse studying hospital queues.", "synthesized text": "x"},
+]
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_local_personahub_file_gives_seeds_with_matched_occupations(tmp_path: Path) -> None:
+    seeds = load_seeds(str(_write_jsonl(tmp_path / "ph.jsonl", STAND_IN)))
+    assert [(s.occupation, s.description) for s in seeds] == [
+        ("pilot", "A retired pilot who restores small aircraft on weekends."),
+        ("teacher", "A school teacher who runs the chess club."),
+        ("data_scientist", "A data scientist and former nurse studying hospital queues."),  # the first named
+    ]
+
+
+def test_a_personahub_file_with_an_empty_persona_names_file_row_and_field(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "ph.jsonl", [STAND_IN[0], {"input persona": " "}])
+    with pytest.raises(DataError, match=r"ph.jsonl.*row 1.*input persona"):
+        load_seeds(str(path))
+
+
+def test_personahub_from_the_hub_and_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    asked: list[tuple[Any, ...]] = []
+
+    def online(repo: str, subset: str, split: str) -> dict[str, list[str]]:
+        asked.append((repo, subset, split))
+        return {"input persona": [r["input persona"] for r in STAND_IN]}
+
+    monkeypatch.setattr(datasets, "load_dataset", online)
+    assert [s.occupation for s in load_seeds("personahub")] == ["pilot", "teacher", "data_scientist"]
+    assert asked == [("proj-persona/PersonaHub", "instruction", "train")]
+    load_seeds("personahub:persona")
+    assert asked[-1][1] == "persona"
+
+    def offline(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("Couldn't reach the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(
+        ConfigError, match=r"cannot load proj-persona/PersonaHub.*--seeds FILE.*bundled seeds"
+    ):
+        load_seeds("personahub")
+    assert len(load_seeds(None)) == 40  # the bundled seeds stay the default
+
+
+def test_synth_cupid_runs_on_personahub_seeds(tmp_path: Path) -> None:
+    from personalign.benchmarks.cupid.synth import persona_templates
+
+    seeds = load_seeds(str(_write_jsonl(tmp_path / "ph.jsonl", STAND_IN)))
+    templates = persona_templates(seeds, 3, 0)
+    assert sorted(t["occupation"] for t in templates) == ["data_scientist", "pilot", "teacher"]

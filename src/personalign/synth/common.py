@@ -450,14 +450,35 @@ class PersonaSeed(BaseModel):
     description: str = Field(min_length=1)
 
 
+# PersonaHub (Ge et al., 2024), the persona source of the official CUPID pipeline: its "instruction"
+# subset holds one persona description per row under this column.
+PERSONAHUB_REPO = "proj-persona/PersonaHub"
+PERSONAHUB_CONFIG = "instruction"
+PERSONAHUB_COLUMN = "input persona"
+PERSONAHUB = "personahub"  # `--seeds personahub[:<subset>]`
+
+
 def load_seeds(path: str | None) -> list[PersonaSeed]:
-    """Seed descriptions: the bundled ones, or a .jsonl/.json/.parquet file with
-    ``occupation`` and ``description`` per row."""
+    """Seed descriptions: the bundled ones; ``personahub[:<subset>]`` (PersonaHub from the datasets hub,
+    online only); or a .jsonl/.json/.parquet file with ``occupation`` and ``description`` per row, or
+    with PersonaHub's own ``input persona`` column (a local copy of PersonaHub)."""
+    if path is not None and path.partition(":")[0] == PERSONAHUB and not Path(path).exists():
+        subset = path.partition(":")[2] or PERSONAHUB_CONFIG
+        return personahub_seeds(_hub_personas(subset), f"{PERSONAHUB_REPO} ({subset})")
     source = fixture_path("persona_seeds.jsonl") if path is None else Path(path)
     if not source.exists():
         raise DataError(str(source), None, None, "no such file")
+    records = list(read_records(source))
+    if records and PERSONAHUB_COLUMN in records[0].data and "description" not in records[0].data:
+        rows = []
+        for record in records:
+            text = record.data.get(PERSONAHUB_COLUMN)
+            if not isinstance(text, str) or not text.strip():
+                raise DataError(record.source, record.row, PERSONAHUB_COLUMN, "missing or empty persona")
+            rows.append(text)
+        return personahub_seeds(rows, str(source))
     seeds = []
-    for record in read_records(source):
+    for record in records:
         try:
             seeds.append(PersonaSeed.model_validate(record.data))
         except ValidationError as exc:
@@ -466,6 +487,59 @@ def load_seeds(path: str | None) -> list[PersonaSeed]:
     if not seeds:
         raise DataError(str(source), None, None, "no seed descriptions")
     return seeds
+
+
+def seed_occupations() -> list[str]:
+    """The occupations PersonaHub personas are matched against: those of the bundled seeds (ours)."""
+    seeds = [PersonaSeed.model_validate(r.data) for r in read_records(fixture_path("persona_seeds.jsonl"))]
+    return sorted({s.occupation for s in seeds})
+
+
+def personahub_seeds(personas: Sequence[str], source: str) -> list[PersonaSeed]:
+    """PersonaHub descriptions as seeds: each persona that names one of `seed_occupations` (as a whole
+    word or phrase; the first in the text wins) gets it as its occupation, the others are left out, as
+    the official pipeline keeps only personas with an occupation; repeated descriptions count once."""
+    patterns = [
+        (occupation, re.compile(r"\b" + re.escape(occupation.replace("_", " ")) + r"s?\b", re.IGNORECASE))
+        for occupation in seed_occupations()
+    ]
+    seeds: list[PersonaSeed] = []
+    seen: set[str] = set()
+    for text in personas:
+        description = " ".join(text.split())
+        if not description or description in seen:
+            continue
+        hits = [
+            (m.start(), occupation) for occupation, pattern in patterns if (m := pattern.search(description))
+        ]
+        if hits:
+            seen.add(description)
+            seeds.append(PersonaSeed(occupation=min(hits)[1], description=description))
+    if not seeds:
+        raise DataError(
+            source, None, PERSONAHUB_COLUMN, "no persona names an occupation of the bundled seeds"
+        )
+    return seeds
+
+
+def _hub_personas(subset: str) -> list[str]:
+    """The persona column of PersonaHub's `subset` from the datasets hub; a clear error offline."""
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(
+            "--seeds personahub needs the `datasets` package (pip install datasets); "
+            "or pass --seeds FILE, or leave --seeds unset for the bundled seeds"
+        ) from None
+    try:
+        table = datasets.load_dataset(PERSONAHUB_REPO, subset, split="train")
+        return [str(text) for text in table[PERSONAHUB_COLUMN]]
+    except Exception as exc:  # offline, hub errors, a renamed column: all mean "not available here"
+        raise ConfigError(
+            f"cannot load {PERSONAHUB_REPO} ({subset}) from the datasets hub ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); offline, pass --seeds FILE (a local copy with an {PERSONAHUB_COLUMN!r} "
+            "column, or occupation/description rows) or leave --seeds unset for the bundled seeds"
+        ) from None
 
 
 def check_seed_reuse(
