@@ -329,16 +329,17 @@ class SynthResult:
 
 
 def start_output(
-    out: Path, pipeline: str, identity: dict[str, Any], config: Any, models: dict[str, Any]
+    out: Path, pipeline: str, identity: dict[str, Any], config: Any, models: dict[str, Any], **extra: Any
 ) -> bool:
     """Write (or check, when resuming) the output manifest of a `pipeline` run with this frozen
-    dataclass `config` and the record of each role's model; True when resuming."""
+    dataclass `config`, the record of each role's model and any `extra` entries; True when resuming."""
     manifest = {
         "pipeline": pipeline,
         "identity_hash": identity_hash(identity),
         "config": asdict(config),
         "models": models,
         "environment": environment(),
+        **extra,
     }
     return open_output(out, identity, manifest)
 

@@ -23,8 +23,24 @@ from pydantic import Field, field_validator
 
 from personalign.benchmarks.cupid.build import PersonaJourney, PlannedSession, build_instances
 from personalign.benchmarks.cupid.judges import CHECKLIST_ONLY_SCHEMA, format_checklist, parse_checklist
+from personalign.benchmarks.cupid.protocol import (
+    ASSISTANT_SIMULATOR_YAML,
+    SOURCE,
+    USER_SIMULATOR_YAML,
+    parse_paper_checklist,
+)
 from personalign.benchmarks.cupid.schema import CupidInstance
 from personalign.benchmarks.cupid.synth_checks import check_persona, lexical_leak, write_outputs
+from personalign.benchmarks.cupid.synth_paper import (
+    PaperSynthPrompts,
+    load_paper_synth_prompts,
+    paper_assistant_messages,
+    paper_decomposer_messages,
+    paper_pins,
+    paper_user_messages,
+    parse_paper_user_turn,
+)
+from personalign.benchmarks.cupid.synth_paper import label as paper_label
 from personalign.benchmarks.cupid.synth_verify import (
     CHANGE_SCHEMA,
     NEEDS,
@@ -133,6 +149,8 @@ class CupidSynthConfig(SynthSettings):
     n_sessions: int = 13
     max_turns: int = 16
     leak_threshold: float = 0.6
+    # "paper": the official decomposer and simulator prompts, read at run time (synth_paper.py)
+    protocol: Literal["personalign", "paper"] = "personalign"
     temperature: dict[str, float] = field(
         default_factory=lambda: {
             "persona": 0.7,
@@ -152,6 +170,8 @@ class CupidSynthConfig(SynthSettings):
         super().__post_init__()
         if self.n_personas < 1:
             raise ConfigError("n_personas must be at least 1")
+        if self.protocol not in ("personalign", "paper"):
+            raise ConfigError(f"unknown synthesis protocol {self.protocol!r} (paper | personalign)")
         if self.n_sessions < MIN_SESSIONS:
             raise ConfigError(
                 f"n_sessions must be at least {MIN_SESSIONS} (2 A, 2 A', the final A', 2 B and "
@@ -174,7 +194,10 @@ class CupidSynthConfig(SynthSettings):
 
     def identity(self) -> dict[str, Any]:
         models = {r: self.model_for(r) for r in ROLES}
-        return self.identity_record("cupid", "n_personas", models, list(TEMPLATES.values()), nested=True)
+        record = self.identity_record("cupid", "n_personas", models, list(TEMPLATES.values()), nested=True)
+        if self.protocol == "paper":  # the official texts, by their pinned hashes
+            record["upstream"] = {"repo": SOURCE.repo, "commit": SOURCE.commit, "files": paper_pins()}
+        return record
 
 
 # --- persona templates (pure) ---------------------------------------------------------------
@@ -591,10 +614,19 @@ class CupidModels:
 class CupidSynthesizer:
     """Runs the stages of one persona; pure helpers above do the structural work."""
 
-    def __init__(self, config: CupidSynthConfig, models: CupidModels, store: StateStore) -> None:
+    def __init__(
+        self,
+        config: CupidSynthConfig,
+        models: CupidModels,
+        store: StateStore,
+        paper: PaperSynthPrompts | None = None,
+    ) -> None:
+        if (config.protocol == "paper") != (paper is not None):
+            raise ConfigError("the official synthesis prompts are needed exactly under --protocol paper")
         self.config = config
         self.models = models
         self.store = store
+        self.paper = paper
 
     def _cfg(self, stage: str, schema: dict[str, Any] | None, name: str) -> Any:
         temperature = self.config.temperature[stage]
@@ -798,6 +830,8 @@ class CupidSynthesizer:
         if stage.done("checklists"):
             return stage.output("checklists")  # type: ignore[no-any-return]
         unique = list(dict.fromkeys(s["preference"] for s in sessions))
+        if self.paper is not None:
+            return await self._paper_checklists(stage, unique, self.paper)
         results = await asyncio.gather(
             *(
                 stage.steps.call(
@@ -820,6 +854,100 @@ class CupidSynthesizer:
                 raise result
         return stage.finish("checklists", dict(zip(unique, results, strict=True)))  # type: ignore[no-any-return]
 
+    async def _paper_checklists(
+        self, stage: Stage, unique: list[str], paper: PaperSynthPrompts
+    ) -> dict[str, list[str]]:
+        """The official decomposer (paper protocol): its prompt, its JSON answer, temperature 0."""
+        results = await asyncio.gather(
+            *(
+                stage.steps.call_messages(
+                    f"decompose/{k}",
+                    role="decomposer",
+                    model=self.models.decomposer,
+                    messages=paper_decomposer_messages(paper, preference),
+                    config=self._cfg("decomposer", None, "checklist"),
+                    parse=parse_paper_checklist,
+                    template=paper.decomposer.label(),
+                    reasks=self.config.reasks,
+                )
+                for k, preference in enumerate(unique)
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                stage.state.steps.update(stage.steps.steps)
+                raise result
+        return stage.finish("checklists", dict(zip(unique, results, strict=True)))  # type: ignore[no-any-return]
+
+    async def _paper_dialogue(
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        session: dict[str, Any],
+        checklist: list[str],
+        name: str,
+        paper: PaperSynthPrompts,
+    ) -> dict[str, Any]:
+        """A dialogue with the official simulators (paper protocol): the assistant simulator answers,
+        the user simulator evaluates against the checklist and writes the next message or ENDs."""
+        chat = [{"role": "user", "content": opening_message(session)}]
+        raw_turns: list[str] = []
+        scores: list[int | None] = []
+        referred: set[int] = set()
+        ended = False
+        turns = 0 if session["id"] == self.config.n_sessions - 1 else self.config.max_turns
+        for t in range(turns):
+            reply = await stage.steps.call_messages(
+                f"{name}/assistant/{t}",
+                role="assistant",
+                model=self.models.assistant,
+                messages=paper_assistant_messages(paper, chat),
+                config=self._cfg("assistant", None, "assistant"),
+                parse=_non_empty_reply,
+                template=paper_label(ASSISTANT_SIMULATOR_YAML, paper.assistant_simulator_sha256),
+            )
+            chat.append({"role": "assistant", "content": reply})
+            messages = paper_user_messages(
+                paper,
+                persona=persona["description"],
+                factor=session["context_factor"],
+                preference=session["preference"],
+                checklist=checklist,
+                chat=chat,
+                raw_turns=raw_turns,
+            )
+            verdict = await stage.steps.call_messages(
+                f"{name}/user/{t}",
+                role="user_simulator",
+                model=self.models.user_simulator,
+                messages=messages,
+                config=self._cfg("user_simulator", None, "user_simulator"),
+                parse=lambda text: {**parse_paper_user_turn(text, len(checklist)), "raw": text.strip()},
+                template=paper_label(USER_SIMULATOR_YAML, paper.user_simulator_sha256),
+                reasks=self.config.reasks,
+            )
+            raw_turns.append(verdict["raw"])
+            chat.append({"role": "user", "content": verdict["message"]})
+            scores.append(verdict["score"])
+            referred.update(verdict["hinted_items"])
+            if verdict["end"]:
+                ended = True
+                break
+        interaction = {
+            "session_id": session["id"],
+            "preference": session["preference"],
+            "checklist": checklist,
+            "chat": chat,
+            "scores": scores,
+            "is_satisfied": ended,
+            "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
+            if scores
+            else [],
+            "user_simulator_raw": raw_turns,  # its whole answers: the chat it sees next turn
+        }
+        return stage.finish(name, interaction)  # type: ignore[no-any-return]
+
     async def _dialogue(
         self,
         stage: Stage,
@@ -832,6 +960,8 @@ class CupidSynthesizer:
         name = f"{prefix}dialogue/{i}"
         if stage.done(name):
             return stage.output(name)  # type: ignore[no-any-return]
+        if self.paper is not None:
+            return await self._paper_dialogue(stage, persona, session, checklist, name, self.paper)
         chat = [{"role": "user", "content": opening_message(session)}]
         scores: list[int] = []
         last = i == self.config.n_sessions - 1
@@ -1179,6 +1309,7 @@ def synthesize_cupid(
     resample_failed: bool = False,
     on_done: Callable[[UnitState], None] | None = None,
     verify_against: Path | None = None,
+    protocol_dir: Path | None = None,
 ) -> SynthResult:
     """Generate (or resume) a CUPID-style dataset in `out`; returns the summary. With
     `verify_against` (human labels), the summary reports the verifier's agreement with them."""
@@ -1186,13 +1317,16 @@ def synthesize_cupid(
         raise ConfigError("--verify-against needs the verifier stage (set a verifier model)")
     seeds = common.unit_seeds(config.seeds_file, config.n_personas, config.allow_seed_reuse, "personas")
     templates = persona_templates(seeds, config.n_personas, config.seed)
+    # the official texts are read (and checked against their pins) before any call
+    paper = load_paper_synth_prompts(protocol_dir) if config.protocol == "paper" else None
     identity = config.identity()
     models_record = {r: factory.get(s).spec.to_record() for r in ROLES if (s := config.model_for(r))}
-    common.start_output(out, "cupid", identity, config, models_record)
+    upstream = {"upstream": dict(paper.source)} if paper is not None else {}
+    common.start_output(out, "cupid", identity, config, models_record, **upstream)
     write_json(out / "persona_templates.json", templates)
     store = StateStore(out)
     models = build_models(config, factory)
-    synthesizer = CupidSynthesizer(config, models, store)
+    synthesizer = CupidSynthesizer(config, models, store, paper)
 
     states, usage = common.run_pool(
         out,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from personalign.cli_common import console
+from personalign.cli_common import ProtocolDirOpt, console
 from personalign.redact import safe
 from personalign.synth_options import SynthRun, synth_command
 
@@ -57,11 +57,23 @@ def register(synth_app: typer.Typer) -> None:
         leak_threshold: Annotated[
             float, typer.Option(help="Reject when the request holds this share of the preference's words.")
         ] = 0.6,
+        protocol: Annotated[
+            str,
+            typer.Option(
+                help="paper: the official decomposer, user simulator and assistant simulator prompts "
+                "(kixlab/CUPID, pinned by sha256; `personalign protocol fetch cupid`) and the paper's "
+                "temperatures | personalign: ours."
+            ),
+        ] = "personalign",
+        protocol_dir: ProtocolDirOpt = None,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
         from personalign.benchmarks.cupid.synth import CupidSynthConfig, default_assistant, synthesize_cupid
+        from personalign.benchmarks.cupid.synth_paper import PAPER_TEMPERATURES
 
         generator = run.generator
+        # the paper's temperatures go with its prompts (factors at 1.0: small local models' JSON breaks)
+        paper: dict[str, Any] = {"temperature": dict(PAPER_TEMPERATURES)} if protocol == "paper" else {}
         sizes: dict[str, Any] = {"n_personas": personas, "n_factors": factors, "n_sessions": sessions}
         config = CupidSynthConfig(
             generator=generator,
@@ -73,6 +85,8 @@ def register(synth_app: typer.Typer) -> None:
             **sizes,
             max_turns=max_turns,
             leak_threshold=leak_threshold,
+            protocol=protocol,  # type: ignore[arg-type]  # checked by the config
+            **paper,
             **run.settings(),
         )
         console.print(
@@ -80,7 +94,10 @@ def register(synth_app: typer.Typer) -> None:
             f"user simulator {safe(config.user_simulator)}, "
             f"assistant {safe(config.assistant)}, decomposer {safe(config.decomposer)}, "
             f"leak judge {safe(config.leak_judge or '(lexical only)')}, "
-            f"verifier {safe(config.verifier or '(none)')}; "
+            f"verifier {safe(config.verifier or '(none)')}; protocol {safe(config.protocol)}; "
             f"{personas} personas -> {safe(run.out)}"
         )
-        run.run(personas, partial(synthesize_cupid, config, verify_against=verify_against))
+        run.run(
+            personas,
+            partial(synthesize_cupid, config, verify_against=verify_against, protocol_dir=protocol_dir),
+        )
