@@ -151,6 +151,13 @@ def test_assistant_simulator_and_decomposer_messages(tmp_path: Path) -> None:
     ]
 
 
+def test_opening_fills_the_resource_placeholder() -> None:
+    session = {"request_with_factor": "Fix this: [resource]\n", "resource": "x = 1"}
+    assert sp.paper_opening(session) == "Fix this: x = 1\n"
+    assert sp.paper_opening({**session, "request_with_factor": "Fix it."}) == "Fix it.\n\nx = 1"
+    assert sp.paper_opening({**session, "resource": None}) == "Fix this: [resource]\n"
+
+
 def test_parse_user_turn_by_the_official_sections() -> None:
     parsed = sp.parse_paper_user_turn(answer(7, [2, 9], "More detail please."), n_items=3)
     assert parsed == {"message": "More detail please.", "end": False, "score": 7, "hinted_items": [2]}

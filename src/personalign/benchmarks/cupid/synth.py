@@ -36,6 +36,7 @@ from personalign.benchmarks.cupid.synth_paper import (
     load_paper_synth_prompts,
     paper_assistant_messages,
     paper_decomposer_messages,
+    paper_opening,
     paper_pins,
     paper_user_messages,
     parse_paper_user_turn,
@@ -891,7 +892,7 @@ class CupidSynthesizer:
     ) -> dict[str, Any]:
         """A dialogue with the official simulators (paper protocol): the assistant simulator answers,
         the user simulator evaluates against the checklist and writes the next message or ENDs."""
-        chat = [{"role": "user", "content": opening_message(session)}]
+        chat = [{"role": "user", "content": paper_opening(session)}]
         raw_turns: list[str] = []
         scores: list[int | None] = []
         referred: set[int] = set()

@@ -119,6 +119,19 @@ def opening_answer(request: str) -> str:
     return "\n\n".join(f"{header}\n\n{body}" for header, body in sections)
 
 
+def paper_opening(session: Mapping[str, Any]) -> str:
+    """The dialogue's first message as the official simulator builds it: the request without the
+    preference, its ``[resource]`` placeholder replaced by the resource. Our session prompt asks for
+    the resource apart, so a resource with no placeholder is appended, as under our protocol."""
+    request = str(session["request_with_factor"])
+    resource = session.get("resource")
+    if resource is None:
+        return request
+    if "[resource]" in request:
+        return request.replace("[resource]", str(resource))
+    return f"{request}\n\n{resource}"
+
+
 def paper_assistant_messages(prompts: PaperSynthPrompts, chat: Sequence[Mapping[str, str]]) -> list[Message]:
     """The assistant simulator's call: its system prompt, then the dialogue so far (it answers the
     last user message)."""
@@ -144,7 +157,7 @@ def paper_user_messages(
     system = prompts.user_simulator.format(
         user_profile=persona, context_factor=factor, preference=preference, checklist=numbered(checklist)
     )
-    own = [opening_answer(chat[0]["content"]), *raw_turns]
+    own = [opening_answer(chat[0]["content"].strip()), *raw_turns]
     replies = [m["content"] for m in chat if m["role"] == "assistant"]
     if len(replies) != len(own):
         raise ValueError(f"{len(replies)} assistant replies for {len(own)} user simulator turns")
