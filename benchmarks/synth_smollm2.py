@@ -81,8 +81,13 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--attempts", type=int, default=2, help="re-sample failed personas this often")
+    parser.add_argument(
+        "--spec",
+        default="local/smollm2?timeout=900&max_retries=1",
+        help="the model of every role (a long timeout: on a loaded machine a 700-token call takes minutes)",
+    )
     args = parser.parse_args()
-    spec = "local/smollm2"
+    spec = args.spec
     config = CupidSynthConfig(
         generator=spec,
         user_simulator=spec,

@@ -208,6 +208,9 @@ def test_wrong_checksum_stops_before_any_call(tmp_path: Path) -> None:
 
 def test_protocol_is_part_of_the_identity_and_checked() -> None:
     ours = config(protocol="personalign").identity()
-    assert "upstream" not in ours and config().identity()["upstream"]["commit"] == cp.SOURCE.commit
+    # unchanged for our protocol, so directories written before the option existed still resume
+    assert "upstream" not in ours and "protocol" not in ours
+    assert config().identity()["upstream"]["commit"] == cp.SOURCE.commit
+    assert config().identity()["protocol"] == "paper"
     with pytest.raises(ConfigError, match="unknown synthesis protocol"):
         config(protocol="official")

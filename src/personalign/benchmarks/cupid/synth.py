@@ -198,6 +198,8 @@ class CupidSynthConfig(SynthSettings):
         record = self.identity_record("cupid", "n_personas", models, list(TEMPLATES.values()), nested=True)
         if self.protocol == "paper":  # the official texts, by their pinned hashes
             record["upstream"] = {"repo": SOURCE.repo, "commit": SOURCE.commit, "files": paper_pins()}
+        else:  # as before the protocol existed, so earlier output directories still resume
+            record.pop("protocol")
         return record
 
 
