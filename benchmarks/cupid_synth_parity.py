@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from personalign.benchmarks.cupid import synth as cs
 from personalign.benchmarks.cupid import synth_paper as sp
 from personalign.benchmarks.cupid.synth import CupidModels, CupidSynthConfig, CupidSynthesizer
 from personalign.llm import GenerateConfig, ModelFactory, parse_model_spec
@@ -146,7 +147,7 @@ def our_calls(upstream: Path) -> list[Call]:
     config = CupidSynthConfig(
         generator=spec, user_simulator=spec, assistant=spec, decomposer=spec, n_personas=1, n_factors=3,
         n_sessions=len(SESSIONS) + 7, max_turns=MAX_TURNS, protocol="paper",
-        temperature=dict(sp.PAPER_TEMPERATURES),
+        temperature=dict(cs.PAPER_TEMPERATURES),
     )  # fmt: skip
     paper = sp.load_paper_synth_prompts(upstream)
     with tempfile.TemporaryDirectory() as tmp:

@@ -100,7 +100,7 @@ def factory(backend: ScriptedBackend) -> ModelFactory:
 def config(**overrides: Any) -> CupidSynthConfig:
     base: dict[str, Any] = dict(
         generator=SPEC, user_simulator=SPEC, assistant=SPEC, decomposer=SPEC, n_personas=1, n_factors=3,
-        n_sessions=9, max_turns=3, protocol="paper", temperature=dict(sp.PAPER_TEMPERATURES),
+        n_sessions=9, max_turns=3, protocol="paper", temperature=dict(cs.PAPER_TEMPERATURES),
     )  # fmt: skip
     return CupidSynthConfig(**{**base, **overrides})
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
@@ -240,6 +240,15 @@ def begin(state: UnitState) -> None:
     ATTEMPT.set(state.attempt)
 
 
+def resume_unit(store: StateStore, unit_id: str, inputs: dict[str, Any] | None = None) -> Stage:
+    """The stage runner of one unit: its state loaded, or new with `inputs`; an unfinished unit is
+    begun again (`begin`), a finished one is left as it is (``stage.state.status == "ok"``)."""
+    state = store.load(unit_id) or UnitState(unit_id=unit_id, inputs=inputs or {})
+    if state.status != "ok":
+        begin(state)
+    return Stage(state, store)
+
+
 class StateStore:
     """One JSON file per unit under ``<out>/state/``, written atomically after every stage."""
 
@@ -274,6 +283,11 @@ class Stage:
         # stage that rejects defective units is the synthesis issue's work (docs/synthesis.md).
         self.steps = StepRunner(state.steps, truncation="score")
 
+    @property
+    def finished(self) -> bool:
+        """Whether the whole unit finished in an earlier run (nothing left to do)."""
+        return self.state.status == "ok"
+
     def done(self, name: str) -> bool:
         return name in self.state.stages
 
@@ -286,12 +300,24 @@ class Stage:
         self.store.save(self.state)
         return output
 
-    def fail(self, name: str, error: str) -> None:
+    def fail(self, name: str, error: str) -> UnitState:
+        """Mark the unit failed at `name` with `error`, save it and return its state."""
         self.state.status = "error"
         self.state.failed_stage = name
         self.state.error = error
         self.state.steps.update(self.steps.steps)
         self.store.save(self.state)
+        return self.state
+
+    def fail_output(self, current: str, exc: Exception) -> UnitState:
+        """The unit failed at stage `current` on an output its checks refused (ValueError, ParseError)."""
+        return self.fail(current, f"{current}: {exc}")
+
+    def complete(self) -> UnitState:
+        """Mark the unit finished, save it and return its state."""
+        self.state.status = "ok"
+        self.store.save(self.state)
+        return self.state
 
 
 # --- output manifest ------------------------------------------------------------------------
@@ -352,19 +378,32 @@ def unit_seeds(path: str | None, n_units: int, allow_reuse: bool, what: str) -> 
     return seeds
 
 
+class PoolOptions(TypedDict, total=False):
+    """How a pipeline's units are run (every `synthesize_*` takes these as keyword arguments)."""
+
+    concurrency: int  # units at once (each pipeline has its own default)
+    resample_failed: bool  # re-ask a failed unit's remaining calls as new samples
+    on_done: Callable[[UnitState], None] | None  # called as each unit finishes (progress bars)
+
+
+def pool_units(
+    units: Sequence[Any], work: Callable[[Any], Any], pool: PoolOptions, concurrency: int
+) -> Awaitable[list[UnitState]]:
+    """`run_units` with the pool's concurrency (else `concurrency`) and its `on_done`."""
+    return run_units(
+        units, work, concurrency=pool.get("concurrency", concurrency), on_done=pool.get("on_done")
+    )
+
+
 def run_pool(
-    out: Path,
-    factory: Any,
-    make_states: Callable[[], Awaitable[list[UnitState]]],
-    *,
-    resample_failed: bool,
+    out: Path, factory: Any, make_states: Callable[[], Awaitable[list[UnitState]]], pool: PoolOptions
 ) -> tuple[list[UnitState], dict[str, Any]]:
-    """Run a pipeline's units (`make_states`, usually `run_units`) on one event loop with re-sampling
-    set, close the factory's clients, and record the usage; returns the states and the usage summed
-    over every invocation."""
+    """Run a pipeline's units (`make_states`, usually `pool_units`) on one event loop with the pool's
+    re-sampling set, close the factory's clients, and record the usage; returns the states and the
+    usage summed over every invocation."""
 
     async def main() -> list[UnitState]:
-        RESAMPLE.set(resample_failed)
+        RESAMPLE.set(pool.get("resample_failed", False))
         try:
             return await make_states()
         finally:

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,17 +45,15 @@ from personalign.synth.common import (
     SynthResult,
     SynthSettings,
     UnitState,
-    begin,
-    fixed_list_schema,
     json_config,
-    object_schema,
-    parse_fixed_list,
     parse_model,
     scale_lengths,
-    text_output,
     text_schema,
     write_jsonl,
 )
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 
 CATEGORIES: tuple[str, ...] = ("role", "style", "tone", "markers", "nickname")
 # The paper's 39 formal contexts by domain group.
@@ -157,8 +155,8 @@ class ContextsOut(StrippedOutput):
 
 
 def contexts_schema(n: int) -> dict[str, Any]:
-    item = object_schema({"recipient": text_schema(60, 2), "task": text_schema(200, 5)})
-    return fixed_list_schema("contexts", item, n)
+    item = common.object_schema({"recipient": text_schema(60, 2), "task": text_schema(200, 5)})
+    return common.fixed_list_schema("contexts", item, n)
 
 
 def _distinct_contexts(contexts: list[ContextOut]) -> None:
@@ -168,7 +166,7 @@ def _distinct_contexts(contexts: list[ContextOut]) -> None:
 
 
 def parse_contexts(n: int) -> Callable[[str], list[dict[str, str]]]:
-    return parse_fixed_list(ContextsOut, "contexts", n, "contexts", check=_distinct_contexts)
+    return common.parse_fixed_list(ContextsOut, "contexts", n, "contexts", check=_distinct_contexts)
 
 
 class ProfileOut(StrippedOutput):
@@ -206,7 +204,7 @@ def parse_profile(n: int) -> Callable[[str], dict[str, Any]]:
     return parse
 
 
-PreferencesOut = text_output(
+PreferencesOut = common.text_output(
     "PreferencesOut", {"role": 120, "style": 160, "tone": 120, "markers": 120, "nickname": 40}
 )
 
@@ -234,12 +232,12 @@ class LabelsOut(StrippedOutput):
 
 
 def labels_schema(n: int) -> dict[str, Any]:
-    item = object_schema({"apply": {"type": "boolean"}, "reason": text_schema(160, 0)})
-    return fixed_list_schema("labels", item, n)
+    item = common.object_schema({"apply": {"type": "boolean"}, "reason": text_schema(160, 0)})
+    return common.fixed_list_schema("labels", item, n)
 
 
 def parse_labels(n: int) -> Callable[[str], list[dict[str, Any]]]:
-    return parse_fixed_list(LabelsOut, "labels", n, "labels", noun="labels (one per preference)")
+    return common.parse_fixed_list(LabelsOut, "labels", n, "labels", noun="labels (one per preference)")
 
 
 # --- pure assembly --------------------------------------------------------------------------
@@ -394,11 +392,9 @@ class BenchpresSynthesizer:
         return stage.finish(name, result)
 
     async def contexts(self) -> UnitState:
-        state = self.store.load("contexts") or UnitState(unit_id="contexts")
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, "contexts")
+        if stage.finished:
+            return stage.state
         try:
             for domain, n in self.config.domain_counts.items():
                 await self._call(
@@ -407,20 +403,15 @@ class BenchpresSynthesizer:
                     parse_contexts(n), self.generator, "generator",
                 )  # fmt: skip
         except StepFailed as exc:
-            stage.fail(exc.step, str(exc))
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
+            return stage.fail(exc.step, str(exc))
+        return stage.complete()
 
     async def profile(self, unit: tuple[int, str, list[dict[str, str]]]) -> UnitState:
         index, seed_text, contexts = unit
         uid = f"profile_{index}"
-        state = self.store.load(uid) or UnitState(unit_id=uid, inputs={"seed": seed_text})
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, uid, {"seed": seed_text})
+        if stage.finished:
+            return stage.state
         n = self.config.n_facts
         try:
             profile = await self._call(
@@ -471,22 +462,15 @@ class BenchpresSynthesizer:
                 if isinstance(result, BaseException):
                     raise result
         except StepFailed as exc:
-            stage.fail(exc.step, str(exc))
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
+            return stage.fail(exc.step, str(exc))
+        return stage.complete()
 
 
 def synthesize_benchpres(
-    config: BenchpresSynthConfig,
-    out: Path,
-    factory: ModelFactory,
-    *,
-    concurrency: int = 2,
-    resample_failed: bool = False,
-    on_done: Callable[[UnitState], None] | None = None,
+    config: BenchpresSynthConfig, out: Path, factory: ModelFactory, **pool: Unpack[common.PoolOptions]
 ) -> SynthResult:
+    """Generate (or resume) a BenchPreS-style dataset in `out`: the shared contexts first, then the
+    profiles (2 at once by default)."""
     seeds = common.unit_seeds(config.seeds_file, config.n_profiles, config.allow_seed_reuse, "profiles")
     rng = random.Random(f"benchpres:{config.seed}")
     order = rng.sample(range(len(seeds)), len(seeds))
@@ -507,9 +491,9 @@ def synthesize_benchpres(
             return [shared]
         contexts = flatten_contexts({d: shared.stages[f"contexts/{d}"] for d in config.domain_counts})
         units = [(k, seeds[order[k % len(order)]].description, contexts) for k in range(config.n_profiles)]
-        return await common.run_units(units, synth.profile, concurrency=concurrency, on_done=on_done)
+        return await common.pool_units(units, synth.profile, pool, 2)
 
-    states, usage = common.run_pool(out, factory, make_states, resample_failed=resample_failed)
+    states, usage = common.run_pool(out, factory, make_states, pool)
     return SynthResult(out, write_outputs(out, config, states, usage), states)
 
 

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -74,13 +74,15 @@ from personalign.synth.common import (
     SynthSettings,
     UnitState,
     balanced_pick,
-    begin,
     json_config,
     parse_model,
     scale_lengths,
     slug,
     text_schema,
 )
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 from personalign.synth.taxonomy import (
     BIG_FIVE,
     CAREER_LEVELS,
@@ -113,6 +115,23 @@ MIN_SESSIONS = 9
 # Repaired dialogues are asked as a new sample (`sample_index` = this + the unit's attempt).
 REPAIR_SAMPLE = 100
 
+
+# Temperature per role: the paper's (the official synthesis modules), but the factors at 0.7, as
+# 1.0 breaks small local models' JSON; `--protocol paper` takes the paper's own (PAPER_TEMPERATURES).
+TEMPERATURES: dict[str, float] = {
+    "persona": 0.7,
+    "factors": 0.7,
+    "changed": 0.7,
+    "session": 0.7,
+    "user_simulator": 0.3,
+    "assistant": 0.7,
+    "decomposer": 0.0,
+    "leak_judge": 0.0,
+    "verifier": 0.0,
+}
+# The paper's recipe: one strong generator for persona (0.7), factors (1.0), sessions (0.7), user
+# simulator (0.3) and decomposer (0); a weaker assistant simulator (0.7).
+PAPER_TEMPERATURES: dict[str, float] = {**TEMPERATURES, "factors": 1.0}
 
 # Token budget per role (the paper's sizes; a run may pass its own).
 MAX_TOKENS: dict[str, int] = {
@@ -152,19 +171,7 @@ class CupidSynthConfig(SynthSettings):
     leak_threshold: float = 0.6
     # "paper": the official decomposer and simulator prompts, read at run time (synth_paper.py)
     protocol: Literal["personalign", "paper"] = "personalign"
-    temperature: dict[str, float] = field(
-        default_factory=lambda: {
-            "persona": 0.7,
-            "factors": 0.7,
-            "changed": 0.7,
-            "session": 0.7,
-            "user_simulator": 0.3,
-            "assistant": 0.7,
-            "decomposer": 0.0,
-            "leak_judge": 0.0,
-            "verifier": 0.0,
-        }
-    )
+    temperature: dict[str, float] = field(default_factory=lambda: dict(TEMPERATURES))
     max_tokens: dict[str, int] = field(default_factory=lambda: dict(MAX_TOKENS))
 
     def __post_init__(self) -> None:
@@ -648,11 +655,9 @@ class CupidSynthesizer:
 
     async def run(self, template: dict[str, Any]) -> UnitState:
         pid = persona_id(template)
-        state = self.store.load(pid) or UnitState(unit_id=pid, inputs={"template": template})
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, pid, {"template": template})
+        if stage.finished:
+            return stage.state
         current = "persona"
         try:
             current = "persona"
@@ -677,14 +682,10 @@ class CupidSynthesizer:
                 current = "verify"
                 await self._verify(stage, persona, sessions, checklists, interactions, plan_info, built)
         except StepFailed as exc:
-            stage.fail(current, str(exc))
-            return state
+            return stage.fail(current, str(exc))
         except (ValueError, ParseError) as exc:
-            stage.fail(current, f"{current}: {exc}")
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
+            return stage.fail_output(current, exc)
+        return stage.complete()
 
     async def _persona(self, stage: Stage, template: dict[str, Any]) -> dict[str, Any]:
         if stage.done("persona"):
@@ -829,52 +830,38 @@ class CupidSynthesizer:
         }
         return stage.finish(name, session)  # type: ignore[no-any-return]
 
+    def _decompose(self, stage: Stage, k: int, preference: str) -> Any:
+        """One decomposer call: the official prompt and JSON answer under --protocol paper, else our
+        checklist-only decomposer with its schema."""
+        name, model, reasks = f"decompose/{k}", self.models.decomposer, self.config.reasks
+        if self.paper is not None:
+            return stage.steps.call_messages(
+                name,
+                role="decomposer",
+                model=model,
+                messages=paper_decomposer_messages(self.paper, preference),
+                config=self._cfg("decomposer", None, "checklist"),
+                parse=parse_paper_checklist,
+                template=self.paper.decomposer.label(),
+                reasks=reasks,
+            )
+        return stage.steps.call(
+            name,
+            role="decomposer",
+            model=model,
+            template=load_template(TEMPLATES["decompose"]),
+            values={"preference": preference},
+            config=self._cfg("decomposer", CHECKLIST_ONLY_SCHEMA, "checklist"),
+            parse=parse_checklist,
+            reasks=reasks,
+        )
+
     async def _checklists(self, stage: Stage, sessions: list[dict[str, Any]]) -> dict[str, list[str]]:
         if stage.done("checklists"):
             return stage.output("checklists")  # type: ignore[no-any-return]
         unique = list(dict.fromkeys(s["preference"] for s in sessions))
-        if self.paper is not None:
-            return await self._paper_checklists(stage, unique, self.paper)
         results = await asyncio.gather(
-            *(
-                stage.steps.call(
-                    f"decompose/{k}",
-                    role="decomposer",
-                    model=self.models.decomposer,
-                    template=load_template(TEMPLATES["decompose"]),
-                    values={"preference": preference},
-                    config=self._cfg("decomposer", CHECKLIST_ONLY_SCHEMA, "checklist"),
-                    parse=parse_checklist,
-                    reasks=self.config.reasks,
-                )
-                for k, preference in enumerate(unique)
-            ),
-            return_exceptions=True,
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                stage.state.steps.update(stage.steps.steps)
-                raise result
-        return stage.finish("checklists", dict(zip(unique, results, strict=True)))  # type: ignore[no-any-return]
-
-    async def _paper_checklists(
-        self, stage: Stage, unique: list[str], paper: PaperSynthPrompts
-    ) -> dict[str, list[str]]:
-        """The official decomposer (paper protocol): its prompt, its JSON answer, temperature 0."""
-        results = await asyncio.gather(
-            *(
-                stage.steps.call_messages(
-                    f"decompose/{k}",
-                    role="decomposer",
-                    model=self.models.decomposer,
-                    messages=paper_decomposer_messages(paper, preference),
-                    config=self._cfg("decomposer", None, "checklist"),
-                    parse=parse_paper_checklist,
-                    template=paper.decomposer.label(),
-                    reasks=self.config.reasks,
-                )
-                for k, preference in enumerate(unique)
-            ),
+            *(self._decompose(stage, k, preference) for k, preference in enumerate(unique)),
             return_exceptions=True,
         )
         for result in results:
@@ -1308,14 +1295,13 @@ def synthesize_cupid(
     out: Path,
     factory: ModelFactory,
     *,
-    concurrency: int = 4,
-    resample_failed: bool = False,
-    on_done: Callable[[UnitState], None] | None = None,
     verify_against: Path | None = None,
     protocol_dir: Path | None = None,
+    **pool: Unpack[common.PoolOptions],
 ) -> SynthResult:
-    """Generate (or resume) a CUPID-style dataset in `out`; returns the summary. With
-    `verify_against` (human labels), the summary reports the verifier's agreement with them."""
+    """Generate (or resume) a CUPID-style dataset in `out` (4 personas at once by default); returns
+    the summary. With `verify_against` (human labels), the summary reports the verifier's agreement
+    with them; `protocol_dir` holds the official files under --protocol paper."""
     if verify_against is not None and config.verifier is None:
         raise ConfigError("--verify-against needs the verifier stage (set a verifier model)")
     seeds = common.unit_seeds(config.seeds_file, config.n_personas, config.allow_seed_reuse, "personas")
@@ -1332,10 +1318,7 @@ def synthesize_cupid(
     synthesizer = CupidSynthesizer(config, models, store, paper)
 
     states, usage = common.run_pool(
-        out,
-        factory,
-        lambda: common.run_units(templates, synthesizer.run, concurrency=concurrency, on_done=on_done),
-        resample_failed=resample_failed,
+        out, factory, lambda: common.pool_units(templates, synthesizer.run, pool, 4), pool
     )
     summary = write_outputs(out, config, states, usage, verify_against)
     return SynthResult(out, summary, states)

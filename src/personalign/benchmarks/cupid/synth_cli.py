@@ -68,8 +68,12 @@ def register(synth_app: typer.Typer) -> None:
         protocol_dir: ProtocolDirOpt = None,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
-        from personalign.benchmarks.cupid.synth import CupidSynthConfig, default_assistant, synthesize_cupid
-        from personalign.benchmarks.cupid.synth_paper import PAPER_TEMPERATURES
+        from personalign.benchmarks.cupid.synth import (
+            PAPER_TEMPERATURES,
+            CupidSynthConfig,
+            default_assistant,
+            synthesize_cupid,
+        )
 
         generator = run.generator
         # the paper's temperatures go with its prompts (factors at 1.0: small local models' JSON breaks)

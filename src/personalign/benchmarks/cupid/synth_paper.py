@@ -31,20 +31,6 @@ from personalign.prompts import PromptTemplate
 from personalign.protocols.upstream import ProtocolError, UpstreamFiles, UpstreamSource, open_upstream
 from personalign.types import Message
 
-# The paper's recipe (the official synthesis modules): one strong generator for persona (0.7),
-# factors (1.0), sessions (0.7), user simulator (0.3) and decomposer (0); a weaker assistant (0.7).
-PAPER_TEMPERATURES: dict[str, float] = {
-    "persona": 0.7,
-    "factors": 1.0,
-    "changed": 0.7,
-    "session": 0.7,
-    "user_simulator": 0.3,
-    "assistant": 0.7,
-    "decomposer": 0.0,
-    "leak_judge": 0.0,
-    "verifier": 0.0,
-}
-
 # The section headers of the user simulator's answer (the output format its prompt asks for); the
 # official code splits its answer on them and opens each chat with an answer in the same layout.
 EVALUATION = "#### Evaluation of AI Assistant's Response"

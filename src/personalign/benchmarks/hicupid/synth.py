@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -41,23 +41,20 @@ from personalign.synth.common import (
     Stage,
     StateStore,
     StrippedOutput,
-    SynthResult,
     SynthSettings,
     UnitState,
     balanced_pick,
-    begin,
     content_words,
-    fixed_list_schema,
     json_config,
     lexical_leak,
-    object_schema,
-    parse_fixed_list,
     parse_model,
     scale_lengths,
-    text_output,
     text_schema,
     write_jsonl,
 )
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 
 DIMENSIONS: tuple[str, ...] = (
     "Sports", "Fashion", "Electronics", "Game", "Movie", "Major", "Fitness", "Art", "Music", "Politics",
@@ -310,7 +307,7 @@ def describe_profile(profile: dict[str, Any]) -> str:
 # --- model outputs --------------------------------------------------------------------------
 
 
-ProfileOut = text_output(
+ProfileOut = common.text_output(
     "ProfileOut",
     {"gender": 60, "personality": 200, "occupation": 120, "income_range": 80},
     age=(int, Field(ge=1, le=120)),
@@ -331,7 +328,7 @@ PROFILE_SCHEMA: dict[str, Any] = {
 
 
 def list_schema(key: str, n: int, max_length: int) -> dict[str, Any]:
-    return fixed_list_schema(key, text_schema(max_length), n)
+    return common.fixed_list_schema(key, text_schema(max_length), n)
 
 
 def _non_empty(key: str) -> Callable[[list[str]], None]:
@@ -351,7 +348,7 @@ def parse_list(key: str, n: int) -> Callable[[str], list[str]]:
         def _fold(cls, values: list[str]) -> list[str]:
             return [" ".join(v.split()) for v in values]
 
-    return parse_fixed_list(ListOut, "values", n, key, noun="values", check=_non_empty(key))
+    return common.parse_fixed_list(ListOut, "values", n, key, noun="values", check=_non_empty(key))
 
 
 class Turn(StrippedOutput):
@@ -363,15 +360,15 @@ class TurnsOut(StrippedOutput):
     turns: list[Turn]
 
 
-TURN_SCHEMA = object_schema({"user": text_schema(400), "assistant": text_schema(500)})
+TURN_SCHEMA = common.object_schema({"user": text_schema(400), "assistant": text_schema(500)})
 
 
 def turns_schema(rounds: int) -> dict[str, Any]:
-    return fixed_list_schema("turns", TURN_SCHEMA, rounds)
+    return common.fixed_list_schema("turns", TURN_SCHEMA, rounds)
 
 
 def parse_turns(rounds: int) -> Callable[[str], list[dict[str, str]]]:
-    return parse_fixed_list(TurnsOut, "turns", rounds, "persona dialogue", noun="rounds")
+    return common.parse_fixed_list(TurnsOut, "turns", rounds, "persona dialogue", noun="rounds")
 
 
 class QAOut(StrippedOutput):
@@ -442,11 +439,9 @@ class HicupidSynthesizer:
 
     async def run(self, plan: dict[str, Any]) -> UnitState:
         uid = f"user_{plan['user_id']}"
-        state = self.store.load(uid) or UnitState(unit_id=uid, inputs={"plan": plan})
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, uid, {"plan": plan})
+        if stage.finished:
+            return stage.state
         current = "profile"
         try:
             profile = await self._call(
@@ -497,14 +492,10 @@ class HicupidSynthesizer:
                     raise result
             stage.finish("metadata", {"profile": profile, "personas": personas, "schedules": schedules})
         except StepFailed as exc:
-            stage.fail(exc.step, str(exc))
-            return state
+            return stage.fail(exc.step, str(exc))
         except (ValueError, ParseError) as exc:
-            stage.fail(current, f"{current}: {exc}")
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
+            return stage.fail_output(current, exc)
+        return stage.complete()
 
     async def _persona_dialogue(self, stage: Stage, who: str, k: int, persona: dict[str, Any]) -> Any:
         rounds = self.config.persona_rounds
@@ -662,14 +653,9 @@ def _leak(q: HicupidQARow, threshold: float) -> str | None:
 
 
 def synthesize_hicupid(
-    config: HicupidSynthConfig,
-    out: Path,
-    factory: ModelFactory,
-    *,
-    concurrency: int = 2,
-    resample_failed: bool = False,
-    on_done: Callable[[UnitState], None] | None = None,
-) -> SynthResult:
+    config: HicupidSynthConfig, out: Path, factory: ModelFactory, **pool: Unpack[common.PoolOptions]
+) -> common.SynthResult:
+    """Generate (or resume) a HiCUPID-style dataset in `out` (2 users at once by default)."""
     plans = user_plans(config)
     identity = config.identity()
     common.start_output(
@@ -679,10 +665,7 @@ def synthesize_hicupid(
     synthesizer = HicupidSynthesizer(config, factory.get(config.generator), store)
 
     states, usage = common.run_pool(
-        out,
-        factory,
-        lambda: common.run_units(plans, synthesizer.run, concurrency=concurrency, on_done=on_done),
-        resample_failed=resample_failed,
+        out, factory, lambda: common.pool_units(plans, synthesizer.run, pool, 2), pool
     )
     dialogue_rows: list[dict[str, Any]] = []
     qa_rows: list[dict[str, Any]] = []
@@ -724,4 +707,4 @@ def synthesize_hicupid(
         "usage": usage,
     }
     write_json(out / "summary.json", summary)
-    return SynthResult(out, summary, states)
+    return common.SynthResult(out, summary, states)
