@@ -36,31 +36,34 @@ BUDGETS = {
 
 
 def counts(summary: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Made / verified / repaired / dropped and the reasons, from the run's own records."""
+    """Made / verified / repaired / dropped and the reasons, from the run's own records: instances
+    made by finished personas, the verifier's decisions (first check and final reasons), the
+    personas that failed a stage or were rejected by the structure checks."""
     made = 0
     first: Counter[str] = Counter()
     final: Counter[str] = Counter()
+    stages_reached: dict[str, str] = {}
     for path in sorted((out / "state").glob("*.json")):
         state = json.loads(path.read_text())
-        verify = state.get("stages", {}).get("verify")
-        if not verify:
-            continue
-        for decision in verify["decisions"].values():
-            made += 1
+        stages_reached[state["unit_id"]] = list(state["stages"])[-1] if state["stages"] else "(none)"
+        made += len(state["stages"].get("instances", {}).get("instances", []))
+        for decision in (state["stages"].get("verify") or {}).get("decisions", {}).values():
             first.update(_kind(r) for r in decision["first_reasons"])
             final.update(_kind(r) for r in decision["reasons"])
     v = summary.get("verification") or {}
     return {
         "personas": summary["n_units"],
-        "personas_failed": [(f["id"], f["stage"], f["error"][:160]) for f in summary["failed"]],
+        "last_stage_finished": stages_reached,
+        "personas_failed": [(f["id"], f["stage"], f["error"][:200]) for f in summary["failed"]],
         "personas_rejected": [(r["id"], r["problems"][:4]) for r in summary["rejected"]],
         "instances_made": made,
+        "instances_checked": v.get("instances_checked", 0),
         "verified": v.get("verified", 0),
         "repaired": v.get("repaired", 0),
         "dropped": v.get("dropped", 0),
         "first_check_reasons": dict(first),
         "final_reasons": dict(final),
-        "usage": summary.get("usage", {}),
+        "usage": {k: summary.get("usage", {}).get(k) for k in ("calls", "tokens", "invocations")},
     }
 
 
