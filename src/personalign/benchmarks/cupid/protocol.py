@@ -97,7 +97,8 @@ class CupidPaperPrompts:
         return dict(self.source["files"])
 
 
-def _prompt(files: UpstreamFiles, path: str) -> PaperPrompt:
+def paper_prompt(files: UpstreamFiles, path: str) -> PaperPrompt:
+    """One official YAML prompt (`user_prompt`, optional `system_prompt`), verified against its pin."""
     data = files.yaml_mapping(path, "user_prompt")
     system, user = data.get("system_prompt"), data["user_prompt"]
     if not isinstance(user, str) or not (system is None or isinstance(system, str)):
@@ -111,7 +112,7 @@ def load_paper_prompts(
     """Read and verify the official prompt files (checkout, $PERSONALIGN_PROTOCOL_DIR_CUPID or cache)."""
     files = open_upstream(source, protocol_dir)
     prompts = {
-        role: _prompt(files, path)
+        role: paper_prompt(files, path)
         for role, path in (
             ("inferrer", INFERRER_YAML),
             ("generator", GENERATOR_YAML),

@@ -23,7 +23,7 @@ from personalign.benchmarks.cupid.protocol import (
     SOURCE,
     USER_SIMULATOR_YAML,
     PaperPrompt,
-    _prompt,
+    paper_prompt,
 )
 from personalign.errors import ParseError
 from personalign.judges.parsing import snippet
@@ -68,7 +68,7 @@ def load_paper_synth_prompts(
 ) -> PaperSynthPrompts:
     """Read and verify the official synthesis prompts (checkout, $PERSONALIGN_PROTOCOL_DIR_CUPID or cache)."""
     files = open_upstream(source, protocol_dir)
-    decomposer = _prompt(files, DECOMPOSER_YAML)
+    decomposer = paper_prompt(files, DECOMPOSER_YAML)
     if decomposer.system is None:
         raise ProtocolError(f"cupid protocol file {DECOMPOSER_YAML}: no system_prompt")
     user = _system(files, USER_SIMULATOR_YAML)
