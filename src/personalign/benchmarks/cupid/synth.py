@@ -602,6 +602,30 @@ def format_conversation(chat: Sequence[dict[str, str]]) -> str:
     return "\n\n".join(f"[{names[m['role']]}]\n{m['content']}" for m in chat)
 
 
+def interaction_record(
+    session: dict[str, Any],
+    checklist: list[str],
+    chat: list[dict[str, str]],
+    scores: Sequence[int | None],
+    satisfied: bool,
+    referred: set[int],
+) -> dict[str, Any]:
+    """One simulated dialogue as stored (the CUPID-Raw `interactions` entry). `unreferenced_items`:
+    the items the user simulator never said it referred to (the paper's rule: every item at least
+    once by the last message); the verifier checks the text itself."""
+    return {
+        "session_id": session["id"],
+        "preference": session["preference"],
+        "checklist": checklist,
+        "chat": chat,
+        "scores": list(scores),
+        "is_satisfied": satisfied,
+        "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
+        if scores
+        else [],
+    }
+
+
 def opening_message(session: dict[str, Any]) -> str:
     request = str(session["request_with_factor"])
     resource = str(session.get("resource") or "").strip()
@@ -924,18 +948,8 @@ class CupidSynthesizer:
             if verdict["end"]:
                 ended = True
                 break
-        interaction = {
-            "session_id": session["id"],
-            "preference": session["preference"],
-            "checklist": checklist,
-            "chat": chat,
-            "scores": scores,
-            "is_satisfied": ended,
-            "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
-            if scores
-            else [],
-            "user_simulator_raw": raw_turns,  # its whole answers: the chat it sees next turn
-        }
+        interaction = interaction_record(session, checklist, chat, scores, ended, referred)
+        interaction["user_simulator_raw"] = raw_turns  # its whole answers: the chat it sees next turn
         return stage.finish(name, interaction)  # type: ignore[no-any-return]
 
     async def _dialogue(
@@ -998,19 +1012,8 @@ class CupidSynthesizer:
             referred.update(verdict["hinted_items"])
             if verdict["score"] == 10:
                 break
-        interaction = {
-            "session_id": i,
-            "preference": session["preference"],
-            "checklist": checklist,
-            "chat": chat,
-            "scores": scores,
-            "is_satisfied": bool(scores) and scores[-1] == 10,
-            # Items the user simulator never said it referred to (the paper's rule: every item
-            # at least once by the last message); the verifier checks the text itself.
-            "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
-            if scores
-            else [],
-        }
+        satisfied = bool(scores) and scores[-1] == 10
+        interaction = interaction_record(session, checklist, chat, scores, satisfied, referred)
         return stage.finish(name, interaction)  # type: ignore[no-any-return]
 
     async def _dialogues(
