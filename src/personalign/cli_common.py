@@ -183,3 +183,16 @@ def option_param(option: Option, *, rescore: bool = False) -> inspect.Parameter:
         return param(option.name, Annotated[list[kind] | None, info], None)
     default = None if rescore else option.default
     return param(option.name, Annotated[kind | None, info], default)
+
+
+def model_call_params() -> list[inspect.Parameter]:
+    """The options of every command that calls models (`run <benchmark>`, `synth <benchmark>`): cost cap,
+    prices, call cache, progress bar and the error rate that fails the command; keyword parameters."""
+    return [
+        param("max_cost", MaxCostOpt, None),
+        param("prices", PricesOpt, None),
+        param("cache", CacheOpt, None),
+        param("no_cache", NoCacheOpt, False),
+        param("progress", ProgressOpt, True),
+        param("max_error_rate", MaxErrorRateOpt, 1.0),
+    ]

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
 
+import pytest
+import typer
 from typer.testing import CliRunner
 
 from personalign.benchmarks.cupid.data import load_cupid
 from personalign.cli import app
+from personalign.synth_options import SynthRun, synth_command
 
 runner = CliRunner()
 
@@ -153,3 +158,62 @@ def test_personas_and_users_take_distinct_seeds_while_there_are_enough() -> None
         assert all(p["relation"] in relations_for(p["category"]) for p in plan["personas"])
     assert "has been to" not in relations_for("Religion") and "owns" in relations_for("Car")
     assert profile_seed(0, 1) != profile_seed(0, 2) and profile_seed(1, 0) != profile_seed(0, 1)
+
+
+def _toy_synth(synth_app: typer.Typer) -> None:
+    """A third-party benchmark's synth hook: one command, its own option plus the shared ones."""
+
+    @synth_command(synth_app, "toy", "widgets")
+    def synth_toy(run: SynthRun, widgets: Annotated[int, typer.Option(help="How many.")] = 1) -> None:
+        """Toy widgets."""
+        typer.echo(f"toy {widgets} {run.generator} {run.out} seed={run.seed} {run.settings()['seeds_file']}")
+
+
+def test_synth_group_is_registry_driven_with_the_shared_options(tmp_path: Path) -> None:
+    from personalign import registry
+    from personalign.cli_synth import _synth_commands
+
+    registry.register("toy", SimpleNamespace(name="toy", synth=_toy_synth))
+    _synth_commands.cache_clear()
+    try:
+        listing = runner.invoke(app, ["synth", "--help"])
+        assert all(name in listing.output for name in ("cupid", "hicupid", "benchpres", "toy"))
+        result = runner.invoke(
+            app,
+            ["synth", "toy", "--widgets", "3", "-g", "scripted/x", "--out", str(tmp_path / "t"),
+             "--seed", "7", "--seeds", str(tmp_path / "s.jsonl")],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert f"toy 3 scripted/x {tmp_path / 't'} seed=7 {tmp_path / 's.jsonl'}" in result.output
+        default = runner.invoke(app, ["synth", "toy"])
+        assert "toy 1 local/smollm2 synth/toy seed=0 None" in default.output
+    finally:
+        registry.unregister("toy")
+        _synth_commands.cache_clear()
+    assert "toy" not in runner.invoke(app, ["synth", "--help"]).output
+
+
+def test_cli_synth_names_no_benchmark() -> None:
+    """The synth group learns its commands from the specs' `synth` hooks only."""
+    import personalign.cli_synth as module
+
+    text = Path(module.__file__).read_text()
+    assert not any(name in text for name in ('"cupid"', '"hicupid"', '"benchpres"', "synthesize_"))
+
+
+def test_synth_seeds_personahub_offline_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasets
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    result = runner.invoke(
+        app,
+        ["synth", "hicupid", "-g", "scripted/x", "--seeds", "personahub", "--out", str(tmp_path / "h"),
+         "--no-progress", "--no-cache"],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    assert "cannot load proj-persona/PersonaHub" in result.output and "bundled seeds" in result.output

@@ -16,7 +16,6 @@ from personalign.benchmarks.cupid.run import RunSettings, run_cupid
 from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.benchmarks.cupid.synth import (
     CupidSynthConfig,
-    load_seeds,
     parse_factors,
     persona_templates,
     plan_sessions,
@@ -27,7 +26,7 @@ from personalign.errors import ConfigError, DataError, ParseError
 from personalign.llm import CallCache, GenerateConfig, ModelFactory, parse_model_spec
 from personalign.llm.backends import Backend
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
-from personalign.synth.common import UnitState
+from personalign.synth.common import UnitState, load_seeds
 from personalign.synth.taxonomy import CAREER_LEVELS, DECISION_STYLES, SCHWARTZ_VALUES
 from personalign.types import Message
 

@@ -40,6 +40,10 @@ Optional hooks (a spec defines them only when it needs them; the lifecycle and C
 - ``protocol_show: str``: ``"module:attribute"`` of a `ProtocolShow` (its options and a function
   returning the text): ``personalign protocol show <name>`` prints the exact messages a run sends.
 
+- ``synth: str``: ``"module:function"`` of ``register(synth_app)`` adding ``personalign synth <name>``
+  (data synthesis; `personalign.synth_options.synth_command` adds the shared options); loaded only
+  when `synth` is used.
+
 Hooks named by an import path are loaded only when their command runs, so a spec module stays cheap
 to import (the CLI imports it to build `personalign run <name>` and for the finished-run check).
 """

@@ -12,19 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from personalign.data.files import read_records
 from personalign.errors import ConfigError, DataError, ParseError
 from personalign.fixtures import fixture_path
 from personalign.judges.parsing import extract_json
+from personalign.llm.spec import parse_model_spec
 from personalign.llm.types import GenerateConfig
-from personalign.runs.manifest import identity_diff, now
+from personalign.prompts import load_template
+from personalign.runs.manifest import environment, identity_diff, identity_hash, now
 from personalign.runs.records import StepRecord
 from personalign.runs.steps import StepRunner
 from personalign.runs.store import write_json
@@ -94,6 +97,40 @@ def text_schema(max_length: int, min_length: int = 1) -> dict[str, Any]:
     return {"type": "string", "minLength": min_length, "maxLength": max_length}
 
 
+def object_schema(properties: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-schema object requiring every one of `properties`."""
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def fixed_list_schema(key: str, item: dict[str, Any], n: int) -> dict[str, Any]:
+    """An object holding exactly `n` items of schema `item` under `key` (the fixed-length lists the
+    pipelines ask for: contexts, labels, dialogue turns, entities)."""
+    return object_schema({key: {"type": "array", "items": item, "minItems": n, "maxItems": n}})
+
+
+def parse_fixed_list(
+    model_type: type[BaseModel],
+    key: str,
+    n: int,
+    what: str,
+    noun: str = "items",
+    check: Callable[[list[Any]], None] | None = None,
+) -> Callable[[str], list[Any]]:
+    """A strict parser of `model_type` whose list field `key` must hold exactly `n` items (ParseError
+    naming `what` otherwise); `check` may refuse the list further. Items come back as plain values."""
+    base = parse_model(model_type, what)
+
+    def parse(text: str) -> list[Any]:
+        items = list(getattr(base(text), key))
+        if len(items) != n:
+            raise ParseError(f"{what}: {len(items)} {noun}, expected {n}")
+        if check is not None:
+            check(items)
+        return [item.model_dump() if isinstance(item, BaseModel) else item for item in items]
+
+    return parse
+
+
 class ModelOutput(BaseModel):
     """A generator's JSON answer: unknown keys are ignored, lengths are checked by the fields."""
 
@@ -109,12 +146,66 @@ class StrippedOutput(ModelOutput):
         return " ".join(value.split()) if isinstance(value, str) else value
 
 
+def text_output(name: str, bounds: Mapping[str, int], **extra: Any) -> type[StrippedOutput]:
+    """A `StrippedOutput` model with one non-empty string field per name of `bounds` (its maximum
+    length), plus `extra` fields given as pydantic ``(type, Field(...))`` pairs."""
+    fields: dict[str, Any] = {k: (str, Field(min_length=1, max_length=n)) for k, n in bounds.items()}
+    model: type[StrippedOutput] = create_model(name, __base__=StrippedOutput, **extra, **fields)
+    return model
+
+
 def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "x"
+
+
+# --- settings every pipeline shares ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthSettings:
+    """The settings every pipeline's config shares (keyword-only, after the pipeline's own fields):
+    the sampling seed, the seed descriptions, the schemas' length scale and the re-asks per call."""
+
+    seed: int = 0
+    seeds_file: str | None = None
+    allow_seed_reuse: bool = False
+    length_scale: float | None = None
+    reasks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.length_scale is not None and self.length_scale <= 0:
+            raise ConfigError("length_scale must be positive (or None to drop string length bounds)")
+        if self.reasks < 0:
+            raise ConfigError("reasks must be >= 0")
+
+    def identity_record(
+        self,
+        pipeline: str,
+        unit_count: str,
+        models: Mapping[str, str | None],
+        templates: Sequence[str],
+        *,
+        nested: bool,
+    ) -> dict[str, Any]:
+        """What defines the data: every setting but the unit count (it may grow) and the seed-reuse
+        permission, each role's model label (role -> label, under ``models`` when `nested`, else in
+        place of the role fields, as each pipeline has always recorded it), and the prompts' hashes."""
+        record = asdict(self)
+        for name in (unit_count, "allow_seed_reuse"):
+            record.pop(name)
+        labels = {role: parse_model_spec(spec).label for role, spec in models.items() if spec is not None}
+        if nested:
+            for role in models:
+                record.pop(role)
+            record["models"] = labels
+        else:
+            record.update(labels)
+        record["prompts"] = {name: load_template(name).sha256 for name in templates}
+        return {"pipeline": pipeline, **record}
 
 
 # --- per-unit state -------------------------------------------------------------------------
@@ -147,6 +238,15 @@ def begin(state: UnitState) -> None:
         state.attempt += 1
     state.status, state.failed_stage, state.error = "pending", None, None
     ATTEMPT.set(state.attempt)
+
+
+def resume_unit(store: StateStore, unit_id: str, inputs: dict[str, Any] | None = None) -> Stage:
+    """The stage runner of one unit: its state loaded, or new with `inputs`; an unfinished unit is
+    begun again (`begin`), a finished one is left as it is (``stage.state.status == "ok"``)."""
+    state = store.load(unit_id) or UnitState(unit_id=unit_id, inputs=inputs or {})
+    if state.status != "ok":
+        begin(state)
+    return Stage(state, store)
 
 
 class StateStore:
@@ -183,6 +283,11 @@ class Stage:
         # stage that rejects defective units is the synthesis issue's work (docs/synthesis.md).
         self.steps = StepRunner(state.steps, truncation="score")
 
+    @property
+    def finished(self) -> bool:
+        """Whether the whole unit finished in an earlier run (nothing left to do)."""
+        return self.state.status == "ok"
+
     def done(self, name: str) -> bool:
         return name in self.state.stages
 
@@ -195,12 +300,24 @@ class Stage:
         self.store.save(self.state)
         return output
 
-    def fail(self, name: str, error: str) -> None:
+    def fail(self, name: str, error: str) -> UnitState:
+        """Mark the unit failed at `name` with `error`, save it and return its state."""
         self.state.status = "error"
         self.state.failed_stage = name
         self.state.error = error
         self.state.steps.update(self.steps.steps)
         self.store.save(self.state)
+        return self.state
+
+    def fail_output(self, current: str, exc: Exception) -> UnitState:
+        """The unit failed at stage `current` on an output its checks refused (ValueError, ParseError)."""
+        return self.fail(current, f"{current}: {exc}")
+
+    def complete(self) -> UnitState:
+        """Mark the unit finished, save it and return its state."""
+        self.state.status = "ok"
+        self.store.save(self.state)
+        return self.state
 
 
 # --- output manifest ------------------------------------------------------------------------
@@ -226,6 +343,92 @@ def open_output(out: Path, identity: dict[str, Any], manifest: dict[str, Any]) -
     out.mkdir(parents=True, exist_ok=True)
     write_json(path, {**manifest, "identity": identity, "created": now()})
     return False
+
+
+@dataclass
+class SynthResult:
+    """What a pipeline returns: its output directory, the summary it wrote and every unit's state."""
+
+    out: Path
+    summary: dict[str, Any]
+    states: list[UnitState]
+
+
+def start_output(
+    out: Path, pipeline: str, identity: dict[str, Any], config: Any, models: dict[str, Any], **extra: Any
+) -> bool:
+    """Write (or check, when resuming) the output manifest of a `pipeline` run with this frozen
+    dataclass `config`, the record of each role's model and any `extra` entries; True when resuming."""
+    manifest = {
+        "pipeline": pipeline,
+        "identity_hash": identity_hash(identity),
+        "config": asdict(config),
+        "models": models,
+        "environment": environment(),
+        **extra,
+    }
+    return open_output(out, identity, manifest)
+
+
+def unit_seeds(path: str | None, n_units: int, allow_reuse: bool, what: str) -> list[PersonaSeed]:
+    """The seed descriptions for `n_units` units (bundled or `path`), refused when too few unless
+    reuse is allowed (`check_seed_reuse`)."""
+    seeds = load_seeds(path)
+    check_seed_reuse(n_units, seeds, path, allow_reuse, what)
+    return seeds
+
+
+class PoolOptions(TypedDict, total=False):
+    """How a pipeline's units are run (every `synthesize_*` takes these as keyword arguments)."""
+
+    concurrency: int  # units at once (each pipeline has its own default)
+    resample_failed: bool  # re-ask a failed unit's remaining calls as new samples
+    on_done: Callable[[UnitState], None] | None  # called as each unit finishes (progress bars)
+
+
+def pool_units(
+    units: Sequence[Any], work: Callable[[Any], Any], pool: PoolOptions, concurrency: int
+) -> Awaitable[list[UnitState]]:
+    """`run_units` with the pool's concurrency (else `concurrency`) and its `on_done`."""
+    return run_units(
+        units, work, concurrency=pool.get("concurrency", concurrency), on_done=pool.get("on_done")
+    )
+
+
+def run_pool(
+    out: Path, factory: Any, make_states: Callable[[], Awaitable[list[UnitState]]], pool: PoolOptions
+) -> tuple[list[UnitState], dict[str, Any]]:
+    """Run a pipeline's units (`make_states`, usually `pool_units`) on one event loop with the pool's
+    re-sampling set, close the factory's clients, and record the usage; returns the states and the
+    usage summed over every invocation."""
+
+    async def main() -> list[UnitState]:
+        RESAMPLE.set(pool.get("resample_failed", False))
+        try:
+            return await make_states()
+        finally:
+            await factory.aclose()
+
+    return run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+
+
+def split_failed(
+    states: Sequence[UnitState],
+) -> tuple[list[UnitState], list[dict[str, Any]], dict[str, Any]]:
+    """The finished units, the failures (`{id, stage, error}`) and the validation report's failure
+    entries (an empty entry for each finished unit, for the caller to fill), in unit order: every
+    pipeline's summary starts from these."""
+    finished: list[UnitState] = []
+    failed: list[dict[str, Any]] = []
+    report: dict[str, Any] = {}
+    for state in states:
+        if state.status == "ok":
+            finished.append(state)
+            report[state.unit_id] = {}  # the caller's verdict; the key keeps the report in unit order
+            continue
+        failed.append({"id": state.unit_id, "stage": state.failed_stage, "error": state.error})
+        report[state.unit_id] = {"status": "failed", "stage": state.failed_stage, "error": state.error}
+    return finished, failed, report
 
 
 def balanced_pick(
@@ -287,14 +490,35 @@ class PersonaSeed(BaseModel):
     description: str = Field(min_length=1)
 
 
+# PersonaHub (Ge et al., 2024), the persona source of the official CUPID pipeline: its "instruction"
+# subset holds one persona description per row under this column.
+PERSONAHUB_REPO = "proj-persona/PersonaHub"
+PERSONAHUB_CONFIG = "instruction"
+PERSONAHUB_COLUMN = "input persona"
+PERSONAHUB = "personahub"  # `--seeds personahub[:<subset>]`
+
+
 def load_seeds(path: str | None) -> list[PersonaSeed]:
-    """Seed descriptions: the bundled ones, or a .jsonl/.json/.parquet file with
-    ``occupation`` and ``description`` per row."""
+    """Seed descriptions: the bundled ones; ``personahub[:<subset>]`` (PersonaHub from the datasets hub,
+    online only); or a .jsonl/.json/.parquet file with ``occupation`` and ``description`` per row, or
+    with PersonaHub's own ``input persona`` column (a local copy of PersonaHub)."""
+    if path is not None and path.partition(":")[0] == PERSONAHUB and not Path(path).exists():
+        subset = path.partition(":")[2] or PERSONAHUB_CONFIG
+        return personahub_seeds(_hub_personas(subset), f"{PERSONAHUB_REPO} ({subset})")
     source = fixture_path("persona_seeds.jsonl") if path is None else Path(path)
     if not source.exists():
         raise DataError(str(source), None, None, "no such file")
+    records = list(read_records(source))
+    if records and PERSONAHUB_COLUMN in records[0].data and "description" not in records[0].data:
+        rows = []
+        for record in records:
+            text = record.data.get(PERSONAHUB_COLUMN)
+            if not isinstance(text, str) or not text.strip():
+                raise DataError(record.source, record.row, PERSONAHUB_COLUMN, "missing or empty persona")
+            rows.append(text)
+        return personahub_seeds(rows, str(source))
     seeds = []
-    for record in read_records(source):
+    for record in records:
         try:
             seeds.append(PersonaSeed.model_validate(record.data))
         except ValidationError as exc:
@@ -303,6 +527,59 @@ def load_seeds(path: str | None) -> list[PersonaSeed]:
     if not seeds:
         raise DataError(str(source), None, None, "no seed descriptions")
     return seeds
+
+
+def seed_occupations() -> list[str]:
+    """The occupations PersonaHub personas are matched against: those of the bundled seeds (ours)."""
+    seeds = [PersonaSeed.model_validate(r.data) for r in read_records(fixture_path("persona_seeds.jsonl"))]
+    return sorted({s.occupation for s in seeds})
+
+
+def personahub_seeds(personas: Sequence[str], source: str) -> list[PersonaSeed]:
+    """PersonaHub descriptions as seeds: each persona that names one of `seed_occupations` (as a whole
+    word or phrase; the first in the text wins) gets it as its occupation, the others are left out, as
+    the official pipeline keeps only personas with an occupation; repeated descriptions count once."""
+    patterns = [
+        (occupation, re.compile(r"\b" + re.escape(occupation.replace("_", " ")) + r"s?\b", re.IGNORECASE))
+        for occupation in seed_occupations()
+    ]
+    seeds: list[PersonaSeed] = []
+    seen: set[str] = set()
+    for text in personas:
+        description = " ".join(text.split())
+        if not description or description in seen:
+            continue
+        hits = [
+            (m.start(), occupation) for occupation, pattern in patterns if (m := pattern.search(description))
+        ]
+        if hits:
+            seen.add(description)
+            seeds.append(PersonaSeed(occupation=min(hits)[1], description=description))
+    if not seeds:
+        raise DataError(
+            source, None, PERSONAHUB_COLUMN, "no persona names an occupation of the bundled seeds"
+        )
+    return seeds
+
+
+def _hub_personas(subset: str) -> list[str]:
+    """The persona column of PersonaHub's `subset` from the datasets hub; a clear error offline."""
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(
+            "--seeds personahub needs the `datasets` package (pip install datasets); "
+            "or pass --seeds FILE, or leave --seeds unset for the bundled seeds"
+        ) from None
+    try:
+        table = datasets.load_dataset(PERSONAHUB_REPO, subset, split="train")
+        return [str(text) for text in table[PERSONAHUB_COLUMN]]
+    except Exception as exc:  # offline, hub errors, a renamed column: all mean "not available here"
+        raise ConfigError(
+            f"cannot load {PERSONAHUB_REPO} ({subset}) from the datasets hub ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); offline, pass --seeds FILE (a local copy with an {PERSONAHUB_COLUMN!r} "
+            "column, or occupation/description rows) or leave --seeds unset for the bundled seeds"
+        ) from None
 
 
 def check_seed_reuse(

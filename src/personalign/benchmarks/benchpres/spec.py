@@ -84,6 +84,8 @@ class BenchPresSpec:
     name = "benchpres"
     # Its section of `personalign report --html` (tables and plot), loaded when a page is built.
     html_section = "personalign.benchmarks.benchpres.report:html_section"
+    # `personalign synth benchpres`: its command(s), loaded when `synth` is used (cli_synth.py).
+    synth = "personalign.benchmarks.benchpres.synth_cli:register"
     title = "BenchPreS: are stored preferences applied only where the context allows them?"
     item_noun = "rows"
     default_seed = 0

@@ -24,38 +24,36 @@ import json
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from personalign.errors import ConfigError, DataError, ParseError
 from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.model import Model
-from personalign.llm.spec import parse_model_spec
 from personalign.prompts import load_template
-from personalign.runs.manifest import environment, identity_hash, now
+from personalign.runs.manifest import now
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
+from personalign.synth import common
 from personalign.synth.common import (
-    RESAMPLE,
     Stage,
     StateStore,
     StrippedOutput,
+    SynthResult,
+    SynthSettings,
     UnitState,
-    begin,
-    check_seed_reuse,
     json_config,
-    load_seeds,
-    open_output,
     parse_model,
-    run_recorded,
-    run_units,
     scale_lengths,
     text_schema,
     write_jsonl,
 )
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 
 CATEGORIES: tuple[str, ...] = ("role", "style", "tone", "markers", "nickname")
 # The paper's 39 formal contexts by domain group.
@@ -111,7 +109,7 @@ class BenchpresRow(BaseModel):
 
 
 @dataclass(frozen=True)
-class BenchpresSynthConfig:
+class BenchpresSynthConfig(SynthSettings):
     """Defaults follow the paper: 10 profiles of about 147 facts, 39 contexts in five domains, 5
     preferences. ``n_judges`` labelers (samples of the labeler) must agree for a context's labels
     to be kept, as the paper kept only unanimous annotations."""
@@ -122,18 +120,14 @@ class BenchpresSynthConfig:
     n_facts: int = 147
     n_judges: int = 1
     domain_counts: dict[str, int] = field(default_factory=lambda: dict(DOMAIN_COUNTS))
-    seed: int = 0
-    seeds_file: str | None = None
-    allow_seed_reuse: bool = False
-    length_scale: float | None = None
     temperature: float = 0.7
     max_tokens: dict[str, int] = field(
         # "profile": unset scales with the facts (`profile_budget`); set it to cap the call
         default_factory=lambda: {"contexts": 1500, "preferences": 300, "labels": 600}
     )
-    reasks: int = 1
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_profiles < 1 or self.n_facts < 1 or self.n_judges < 1:
             raise ConfigError("n_profiles, n_facts and n_judges must be at least 1")
         if not self.domain_counts or any(n < 1 for n in self.domain_counts.values()):
@@ -144,13 +138,8 @@ class BenchpresSynthConfig:
         return self.labeler or self.generator
 
     def identity(self) -> dict[str, Any]:
-        record = asdict(self)
-        record.pop("n_profiles")
-        record.pop("allow_seed_reuse")  # a permission, not a property of the data
-        record["generator"] = parse_model_spec(self.generator).label
-        record["labeler"] = parse_model_spec(self.labeler_spec).label
-        record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
-        return {"pipeline": "benchpres", **record}
+        models = {"generator": self.generator, "labeler": self.labeler_spec}
+        return self.identity_record("benchpres", "n_profiles", models, list(TEMPLATES.values()), nested=False)
 
 
 # --- model outputs --------------------------------------------------------------------------
@@ -166,31 +155,18 @@ class ContextsOut(StrippedOutput):
 
 
 def contexts_schema(n: int) -> dict[str, Any]:
-    item = {
-        "type": "object",
-        "properties": {"recipient": text_schema(60, 2), "task": text_schema(200, 5)},
-        "required": ["recipient", "task"],
-    }
-    return {
-        "type": "object",
-        "properties": {"contexts": {"type": "array", "items": item, "minItems": n, "maxItems": n}},
-        "required": ["contexts"],
-    }
+    item = common.object_schema({"recipient": text_schema(60, 2), "task": text_schema(200, 5)})
+    return common.fixed_list_schema("contexts", item, n)
+
+
+def _distinct_contexts(contexts: list[ContextOut]) -> None:
+    keys = [(c.recipient.lower(), c.task.lower()) for c in contexts]
+    if len(set(keys)) != len(keys):
+        raise ParseError("contexts: repeated recipient-task pair")
 
 
 def parse_contexts(n: int) -> Callable[[str], list[dict[str, str]]]:
-    base = parse_model(ContextsOut, "contexts")
-
-    def parse(text: str) -> list[dict[str, str]]:
-        contexts = base(text).contexts
-        if len(contexts) != n:
-            raise ParseError(f"contexts: {len(contexts)} items, expected {n}")
-        keys = [(c.recipient.lower(), c.task.lower()) for c in contexts]
-        if len(set(keys)) != len(keys):
-            raise ParseError("contexts: repeated recipient-task pair")
-        return [c.model_dump() for c in contexts]
-
-    return parse
+    return common.parse_fixed_list(ContextsOut, "contexts", n, "contexts", check=_distinct_contexts)
 
 
 class ProfileOut(StrippedOutput):
@@ -228,12 +204,9 @@ def parse_profile(n: int) -> Callable[[str], dict[str, Any]]:
     return parse
 
 
-class PreferencesOut(StrippedOutput):
-    role: str = Field(min_length=1, max_length=120)
-    style: str = Field(min_length=1, max_length=160)
-    tone: str = Field(min_length=1, max_length=120)
-    markers: str = Field(min_length=1, max_length=120)
-    nickname: str = Field(min_length=1, max_length=40)
+PreferencesOut = common.text_output(
+    "PreferencesOut", {"role": 120, "style": 160, "tone": 120, "markers": 120, "nickname": 40}
+)
 
 
 PREFERENCES_SCHEMA: dict[str, Any] = {
@@ -259,28 +232,12 @@ class LabelsOut(StrippedOutput):
 
 
 def labels_schema(n: int) -> dict[str, Any]:
-    item = {
-        "type": "object",
-        "properties": {"apply": {"type": "boolean"}, "reason": text_schema(160, 0)},
-        "required": ["apply", "reason"],
-    }
-    return {
-        "type": "object",
-        "properties": {"labels": {"type": "array", "items": item, "minItems": n, "maxItems": n}},
-        "required": ["labels"],
-    }
+    item = common.object_schema({"apply": {"type": "boolean"}, "reason": text_schema(160, 0)})
+    return common.fixed_list_schema("labels", item, n)
 
 
 def parse_labels(n: int) -> Callable[[str], list[dict[str, Any]]]:
-    base = parse_model(LabelsOut, "labels")
-
-    def parse(text: str) -> list[dict[str, Any]]:
-        labels = base(text).labels
-        if len(labels) != n:
-            raise ParseError(f"labels: {len(labels)} labels for {n} preferences")
-        return [label.model_dump() for label in labels]
-
-    return parse
+    return common.parse_fixed_list(LabelsOut, "labels", n, "labels", noun="labels (one per preference)")
 
 
 # --- pure assembly --------------------------------------------------------------------------
@@ -435,11 +392,9 @@ class BenchpresSynthesizer:
         return stage.finish(name, result)
 
     async def contexts(self) -> UnitState:
-        state = self.store.load("contexts") or UnitState(unit_id="contexts")
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, "contexts")
+        if stage.finished:
+            return stage.state
         try:
             for domain, n in self.config.domain_counts.items():
                 await self._call(
@@ -448,20 +403,15 @@ class BenchpresSynthesizer:
                     parse_contexts(n), self.generator, "generator",
                 )  # fmt: skip
         except StepFailed as exc:
-            stage.fail(exc.step, str(exc))
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
+            return stage.fail(exc.step, str(exc))
+        return stage.complete()
 
     async def profile(self, unit: tuple[int, str, list[dict[str, str]]]) -> UnitState:
         index, seed_text, contexts = unit
         uid = f"profile_{index}"
-        state = self.store.load(uid) or UnitState(unit_id=uid, inputs={"seed": seed_text})
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, uid, {"seed": seed_text})
+        if stage.finished:
+            return stage.state
         n = self.config.n_facts
         try:
             profile = await self._call(
@@ -512,75 +462,46 @@ class BenchpresSynthesizer:
                 if isinstance(result, BaseException):
                     raise result
         except StepFailed as exc:
-            stage.fail(exc.step, str(exc))
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
-
-
-@dataclass
-class BenchpresResult:
-    out: Path
-    summary: dict[str, Any]
-    states: list[UnitState]
+            return stage.fail(exc.step, str(exc))
+        return stage.complete()
 
 
 def synthesize_benchpres(
-    config: BenchpresSynthConfig,
-    out: Path,
-    factory: ModelFactory,
-    *,
-    concurrency: int = 2,
-    resample_failed: bool = False,
-    on_done: Callable[[UnitState], None] | None = None,
-) -> BenchpresResult:
-    seeds = load_seeds(config.seeds_file)
-    check_seed_reuse(config.n_profiles, seeds, config.seeds_file, config.allow_seed_reuse, "profiles")
+    config: BenchpresSynthConfig, out: Path, factory: ModelFactory, **pool: Unpack[common.PoolOptions]
+) -> SynthResult:
+    """Generate (or resume) a BenchPreS-style dataset in `out`: the shared contexts first, then the
+    profiles (2 at once by default)."""
+    seeds = common.unit_seeds(config.seeds_file, config.n_profiles, config.allow_seed_reuse, "profiles")
     rng = random.Random(f"benchpres:{config.seed}")
     order = rng.sample(range(len(seeds)), len(seeds))
     identity = config.identity()
-    manifest = {
-        "pipeline": "benchpres",
-        "identity_hash": identity_hash(identity),
-        "config": asdict(config),
-        "models": {
-            "generator": factory.get(config.generator).spec.to_record(),
-            "labeler": factory.get(config.labeler_spec).spec.to_record(),
-        },
-        "environment": environment(),
+    models = {
+        "generator": factory.get(config.generator).spec.to_record(),
+        "labeler": factory.get(config.labeler_spec).spec.to_record(),
     }
-    open_output(out, identity, manifest)
+    common.start_output(out, "benchpres", identity, config, models)
     store = StateStore(out)
     synth = BenchpresSynthesizer(
         config, factory.get(config.generator), factory.get(config.labeler_spec), store
     )
 
-    async def main() -> list[UnitState]:
-        RESAMPLE.set(resample_failed)
-        try:
-            shared = await synth.contexts()
-            if shared.status != "ok":
-                return [shared]
-            contexts = flatten_contexts({d: shared.stages[f"contexts/{d}"] for d in config.domain_counts})
-            units = [
-                (k, seeds[order[k % len(order)]].description, contexts) for k in range(config.n_profiles)
-            ]
-            return await run_units(units, synth.profile, concurrency=concurrency, on_done=on_done)
-        finally:
-            await factory.aclose()
+    async def make_states() -> list[UnitState]:
+        shared = await synth.contexts()
+        if shared.status != "ok":
+            return [shared]
+        contexts = flatten_contexts({d: shared.stages[f"contexts/{d}"] for d in config.domain_counts})
+        units = [(k, seeds[order[k % len(order)]].description, contexts) for k in range(config.n_profiles)]
+        return await common.pool_units(units, synth.profile, pool, 2)
 
-    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
-    return BenchpresResult(out, write_outputs(out, config, states, usage), states)
+    states, usage = common.run_pool(out, factory, make_states, pool)
+    return SynthResult(out, write_outputs(out, config, states, usage), states)
 
 
 def write_outputs(
     out: Path, config: BenchpresSynthConfig, states: Sequence[UnitState], usage: dict[str, Any]
 ) -> dict[str, Any]:
     shared = StateStore(out).load("contexts")
-    failed: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
-    report: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     sheet: list[dict[str, Any]] = []
     ids: list[str] = []
@@ -590,11 +511,8 @@ def write_outputs(
         if shared is not None and shared.status == "ok"
         else []
     )
-    for state in states:
-        if state.status != "ok":
-            failed.append({"id": state.unit_id, "stage": state.failed_stage, "error": state.error})
-            report[state.unit_id] = {"status": "failed", "stage": state.failed_stage, "error": state.error}
-            continue
+    finished, failed, report = common.split_failed(states)
+    for state in finished:
         notes = check_profile(state, len(contexts))
         problems = [p for p in notes if not p.startswith("warning:")]
         report[state.unit_id] = {"status": "rejected" if problems else "passed", "problems": notes}

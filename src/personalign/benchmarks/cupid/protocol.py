@@ -26,6 +26,9 @@ GENERATOR_YAML = "prompts/evaluation/response_generator.yaml"
 JUDGE_YAML = "prompts/evaluation/response_judger.yaml"
 DECOMPOSER_YAML = "prompts/synthesis/preference_decomposer.yaml"
 MATCHER_PY = "evaluation/modules/preference_matcher.py"
+# Synthesis (`personalign synth cupid --protocol paper`, benchmarks/cupid/synth_paper.py).
+USER_SIMULATOR_YAML = "prompts/synthesis/user_simulator.yaml"
+ASSISTANT_SIMULATOR_YAML = "prompts/synthesis/assistant_simulator.yaml"
 
 SOURCE = UpstreamSource(
     name="cupid",
@@ -40,6 +43,8 @@ SOURCE = UpstreamSource(
         JUDGE_YAML: "254de52c9d88136b6d12745ee6d48507345de741bd31dd219a9968b53a3de0a9",
         DECOMPOSER_YAML: "3b93f7cd604ae5dfceb3c5d9ddcf8604c13e9e0312eca97c161a002120decef6",
         MATCHER_PY: "441c9162195d96274ac98b6b7732e9d3ef0eb72c424986a45b87492c8ccef6c9",
+        USER_SIMULATOR_YAML: "d216beb18c4b9b890fc7290b9e7aec82f28070dbdc03653e9be7179beb11ad79",
+        ASSISTANT_SIMULATOR_YAML: "a81ffe02a2cb8d72b5488741696626376104265781665bf39020d2d255f8d617",
     },
 )
 
@@ -92,7 +97,8 @@ class CupidPaperPrompts:
         return dict(self.source["files"])
 
 
-def _prompt(files: UpstreamFiles, path: str) -> PaperPrompt:
+def paper_prompt(files: UpstreamFiles, path: str) -> PaperPrompt:
+    """One official YAML prompt (`user_prompt`, optional `system_prompt`), verified against its pin."""
     data = files.yaml_mapping(path, "user_prompt")
     system, user = data.get("system_prompt"), data["user_prompt"]
     if not isinstance(user, str) or not (system is None or isinstance(system, str)):
@@ -106,7 +112,7 @@ def load_paper_prompts(
     """Read and verify the official prompt files (checkout, $PERSONALIGN_PROTOCOL_DIR_CUPID or cache)."""
     files = open_upstream(source, protocol_dir)
     prompts = {
-        role: _prompt(files, path)
+        role: paper_prompt(files, path)
         for role, path in (
             ("inferrer", INFERRER_YAML),
             ("generator", GENERATOR_YAML),

@@ -43,6 +43,8 @@ class CupidSpec:
     protocol_show = "personalign.benchmarks.cupid.show:PROTOCOL_SHOW"
     # `personalign memory-eval --format cupid`: the memory engine's retrieval against baselines.
     memory_eval = "personalign.benchmarks.cupid.memory_eval:memory_eval"
+    # `personalign synth cupid`: its command(s), loaded when `synth` is used (cli_synth.py).
+    synth = "personalign.benchmarks.cupid.synth_cli:register"
     # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
     upstream = "personalign.benchmarks.cupid.protocol:SOURCE"
     title = "CUPID: infer the contextual preference behind a request from prior sessions"

@@ -15,16 +15,33 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
 from personalign.benchmarks.cupid.build import PersonaJourney, PlannedSession, build_instances
 from personalign.benchmarks.cupid.judges import CHECKLIST_ONLY_SCHEMA, format_checklist, parse_checklist
+from personalign.benchmarks.cupid.protocol import (
+    ASSISTANT_SIMULATOR_YAML,
+    SOURCE,
+    USER_SIMULATOR_YAML,
+    parse_paper_checklist,
+)
 from personalign.benchmarks.cupid.schema import CupidInstance
 from personalign.benchmarks.cupid.synth_checks import check_persona, lexical_leak, write_outputs
+from personalign.benchmarks.cupid.synth_paper import (
+    PaperSynthPrompts,
+    load_paper_synth_prompts,
+    paper_assistant_messages,
+    paper_decomposer_messages,
+    paper_opening,
+    paper_pins,
+    paper_user_messages,
+    parse_paper_user_turn,
+)
+from personalign.benchmarks.cupid.synth_paper import label as paper_label
 from personalign.benchmarks.cupid.synth_verify import (
     CHANGE_SCHEMA,
     NEEDS,
@@ -44,30 +61,28 @@ from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
 from personalign.llm.types import GenerateConfig
 from personalign.prompts import load_template
-from personalign.runs.manifest import environment, identity_hash
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
+from personalign.synth import common
 from personalign.synth.common import (
     ATTEMPT,
-    RESAMPLE,
     ModelOutput,
     PersonaSeed,
     Stage,
     StateStore,
+    SynthResult,
+    SynthSettings,
     UnitState,
     balanced_pick,
-    begin,
-    check_seed_reuse,
     json_config,
-    load_seeds,
-    open_output,
     parse_model,
-    run_recorded,
-    run_units,
     scale_lengths,
     slug,
     text_schema,
 )
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 from personalign.synth.taxonomy import (
     BIG_FIVE,
     CAREER_LEVELS,
@@ -101,11 +116,42 @@ MIN_SESSIONS = 9
 REPAIR_SAMPLE = 100
 
 
+# Temperature per role: the paper's (the official synthesis modules), but the factors at 0.7, as
+# 1.0 breaks small local models' JSON; `--protocol paper` takes the paper's own (PAPER_TEMPERATURES).
+TEMPERATURES: dict[str, float] = {
+    "persona": 0.7,
+    "factors": 0.7,
+    "changed": 0.7,
+    "session": 0.7,
+    "user_simulator": 0.3,
+    "assistant": 0.7,
+    "decomposer": 0.0,
+    "leak_judge": 0.0,
+    "verifier": 0.0,
+}
+# The paper's recipe: one strong generator for persona (0.7), factors (1.0), sessions (0.7), user
+# simulator (0.3) and decomposer (0); a weaker assistant simulator (0.7).
+PAPER_TEMPERATURES: dict[str, float] = {**TEMPERATURES, "factors": 1.0}
+
+# Token budget per role (the paper's sizes; a run may pass its own).
+MAX_TOKENS: dict[str, int] = {
+    "persona": 700,
+    "factors": 4096,
+    "changed": 300,
+    "session": 1200,
+    "user_simulator": 600,
+    "assistant": 600,
+    "decomposer": 400,
+    "leak_judge": 300,
+    "verifier": 300,
+}
+
+
 # --- configuration --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class CupidSynthConfig:
+class CupidSynthConfig(SynthSettings):
     """Everything that shapes the generated data (recorded in the output manifest).
 
     ``n_personas`` may grow between runs into the same directory: persona templates are
@@ -122,42 +168,18 @@ class CupidSynthConfig:
     n_factors: int = 8
     n_sessions: int = 13
     max_turns: int = 16
-    seed: int = 0
-    seeds_file: str | None = None
-    allow_seed_reuse: bool = False
     leak_threshold: float = 0.6
-    length_scale: float | None = None
-    temperature: dict[str, float] = field(
-        default_factory=lambda: {
-            "persona": 0.7,
-            "factors": 0.7,
-            "changed": 0.7,
-            "session": 0.7,
-            "user_simulator": 0.3,
-            "assistant": 0.7,
-            "decomposer": 0.0,
-            "leak_judge": 0.0,
-            "verifier": 0.0,
-        }
-    )
-    max_tokens: dict[str, int] = field(
-        default_factory=lambda: {
-            "persona": 700,
-            "factors": 4096,
-            "changed": 300,
-            "session": 1200,
-            "user_simulator": 600,
-            "assistant": 600,
-            "decomposer": 400,
-            "leak_judge": 300,
-            "verifier": 300,
-        }
-    )
-    reasks: int = 1
+    # "paper": the official decomposer and simulator prompts, read at run time (synth_paper.py)
+    protocol: Literal["personalign", "paper"] = "personalign"
+    temperature: dict[str, float] = field(default_factory=lambda: dict(TEMPERATURES))
+    max_tokens: dict[str, int] = field(default_factory=lambda: dict(MAX_TOKENS))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_personas < 1:
             raise ConfigError("n_personas must be at least 1")
+        if self.protocol not in ("personalign", "paper"):
+            raise ConfigError(f"unknown synthesis protocol {self.protocol!r} (paper | personalign)")
         if self.n_sessions < MIN_SESSIONS:
             raise ConfigError(
                 f"n_sessions must be at least {MIN_SESSIONS} (2 A, 2 A', the final A', 2 B and "
@@ -167,8 +189,6 @@ class CupidSynthConfig:
             raise ConfigError("n_factors must be at least 3 (the contrastive pair plus one other)")
         if self.max_turns < 0:
             raise ConfigError("max_turns must be >= 0")
-        if self.length_scale is not None and self.length_scale <= 0:
-            raise ConfigError("length_scale must be positive (or None to drop string length bounds)")
         if not 0 < self.leak_threshold <= 1:
             raise ConfigError("leak_threshold must be in (0, 1]")
 
@@ -181,16 +201,13 @@ class CupidSynthConfig:
         return getattr(self, role)  # type: ignore[no-any-return]
 
     def identity(self) -> dict[str, Any]:
-        record = asdict(self)
-        record.pop("n_personas")
-        record.pop("allow_seed_reuse")  # a permission, not a property of the data
-        record["models"] = {
-            r: parse_model_spec(s).label for r in ROLES if (s := self.model_for(r)) is not None
-        }
-        for r in ROLES:
-            record.pop(r)
-        record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
-        return {"pipeline": "cupid", **record}
+        models = {r: self.model_for(r) for r in ROLES}
+        record = self.identity_record("cupid", "n_personas", models, list(TEMPLATES.values()), nested=True)
+        if self.protocol == "paper":  # the official texts, by their pinned hashes
+            record["upstream"] = {"repo": SOURCE.repo, "commit": SOURCE.commit, "files": paper_pins()}
+        else:  # as before the protocol existed, so earlier output directories still resume
+            record.pop("protocol")
+        return record
 
 
 # --- persona templates (pure) ---------------------------------------------------------------
@@ -585,6 +602,30 @@ def format_conversation(chat: Sequence[dict[str, str]]) -> str:
     return "\n\n".join(f"[{names[m['role']]}]\n{m['content']}" for m in chat)
 
 
+def interaction_record(
+    session: dict[str, Any],
+    checklist: list[str],
+    chat: list[dict[str, str]],
+    scores: Sequence[int | None],
+    satisfied: bool,
+    referred: set[int],
+) -> dict[str, Any]:
+    """One simulated dialogue as stored (the CUPID-Raw `interactions` entry). `unreferenced_items`:
+    the items the user simulator never said it referred to (the paper's rule: every item at least
+    once by the last message); the verifier checks the text itself."""
+    return {
+        "session_id": session["id"],
+        "preference": session["preference"],
+        "checklist": checklist,
+        "chat": chat,
+        "scores": list(scores),
+        "is_satisfied": satisfied,
+        "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
+        if scores
+        else [],
+    }
+
+
 def opening_message(session: dict[str, Any]) -> str:
     request = str(session["request_with_factor"])
     resource = str(session.get("resource") or "").strip()
@@ -607,10 +648,19 @@ class CupidModels:
 class CupidSynthesizer:
     """Runs the stages of one persona; pure helpers above do the structural work."""
 
-    def __init__(self, config: CupidSynthConfig, models: CupidModels, store: StateStore) -> None:
+    def __init__(
+        self,
+        config: CupidSynthConfig,
+        models: CupidModels,
+        store: StateStore,
+        paper: PaperSynthPrompts | None = None,
+    ) -> None:
+        if (config.protocol == "paper") != (paper is not None):
+            raise ConfigError("the official synthesis prompts are needed exactly under --protocol paper")
         self.config = config
         self.models = models
         self.store = store
+        self.paper = paper
 
     def _cfg(self, stage: str, schema: dict[str, Any] | None, name: str) -> Any:
         temperature = self.config.temperature[stage]
@@ -629,11 +679,9 @@ class CupidSynthesizer:
 
     async def run(self, template: dict[str, Any]) -> UnitState:
         pid = persona_id(template)
-        state = self.store.load(pid) or UnitState(unit_id=pid, inputs={"template": template})
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, pid, {"template": template})
+        if stage.finished:
+            return stage.state
         current = "persona"
         try:
             current = "persona"
@@ -658,14 +706,10 @@ class CupidSynthesizer:
                 current = "verify"
                 await self._verify(stage, persona, sessions, checklists, interactions, plan_info, built)
         except StepFailed as exc:
-            stage.fail(current, str(exc))
-            return state
+            return stage.fail(current, str(exc))
         except (ValueError, ParseError) as exc:
-            stage.fail(current, f"{current}: {exc}")
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
+            return stage.fail_output(current, exc)
+        return stage.complete()
 
     async def _persona(self, stage: Stage, template: dict[str, Any]) -> dict[str, Any]:
         if stage.done("persona"):
@@ -810,24 +854,38 @@ class CupidSynthesizer:
         }
         return stage.finish(name, session)  # type: ignore[no-any-return]
 
+    def _decompose(self, stage: Stage, k: int, preference: str) -> Any:
+        """One decomposer call: the official prompt and JSON answer under --protocol paper, else our
+        checklist-only decomposer with its schema."""
+        name, model, reasks = f"decompose/{k}", self.models.decomposer, self.config.reasks
+        if self.paper is not None:
+            return stage.steps.call_messages(
+                name,
+                role="decomposer",
+                model=model,
+                messages=paper_decomposer_messages(self.paper, preference),
+                config=self._cfg("decomposer", None, "checklist"),
+                parse=parse_paper_checklist,
+                template=self.paper.decomposer.label(),
+                reasks=reasks,
+            )
+        return stage.steps.call(
+            name,
+            role="decomposer",
+            model=model,
+            template=load_template(TEMPLATES["decompose"]),
+            values={"preference": preference},
+            config=self._cfg("decomposer", CHECKLIST_ONLY_SCHEMA, "checklist"),
+            parse=parse_checklist,
+            reasks=reasks,
+        )
+
     async def _checklists(self, stage: Stage, sessions: list[dict[str, Any]]) -> dict[str, list[str]]:
         if stage.done("checklists"):
             return stage.output("checklists")  # type: ignore[no-any-return]
         unique = list(dict.fromkeys(s["preference"] for s in sessions))
         results = await asyncio.gather(
-            *(
-                stage.steps.call(
-                    f"decompose/{k}",
-                    role="decomposer",
-                    model=self.models.decomposer,
-                    template=load_template(TEMPLATES["decompose"]),
-                    values={"preference": preference},
-                    config=self._cfg("decomposer", CHECKLIST_ONLY_SCHEMA, "checklist"),
-                    parse=parse_checklist,
-                    reasks=self.config.reasks,
-                )
-                for k, preference in enumerate(unique)
-            ),
+            *(self._decompose(stage, k, preference) for k, preference in enumerate(unique)),
             return_exceptions=True,
         )
         for result in results:
@@ -835,6 +893,64 @@ class CupidSynthesizer:
                 stage.state.steps.update(stage.steps.steps)
                 raise result
         return stage.finish("checklists", dict(zip(unique, results, strict=True)))  # type: ignore[no-any-return]
+
+    async def _paper_dialogue(
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        session: dict[str, Any],
+        checklist: list[str],
+        name: str,
+        paper: PaperSynthPrompts,
+    ) -> dict[str, Any]:
+        """A dialogue with the official simulators (paper protocol): the assistant simulator answers,
+        the user simulator evaluates against the checklist and writes the next message or ENDs."""
+        chat = [{"role": "user", "content": paper_opening(session)}]
+        raw_turns: list[str] = []
+        scores: list[int | None] = []
+        referred: set[int] = set()
+        ended = False
+        turns = 0 if session["id"] == self.config.n_sessions - 1 else self.config.max_turns
+        for t in range(turns):
+            reply = await stage.steps.call_messages(
+                f"{name}/assistant/{t}",
+                role="assistant",
+                model=self.models.assistant,
+                messages=paper_assistant_messages(paper, chat),
+                config=self._cfg("assistant", None, "assistant"),
+                parse=_non_empty_reply,
+                template=paper_label(ASSISTANT_SIMULATOR_YAML, paper.assistant_simulator_sha256),
+            )
+            chat.append({"role": "assistant", "content": reply})
+            messages = paper_user_messages(
+                paper,
+                persona=persona["description"],
+                factor=session["context_factor"],
+                preference=session["preference"],
+                checklist=checklist,
+                chat=chat,
+                raw_turns=raw_turns,
+            )
+            verdict = await stage.steps.call_messages(
+                f"{name}/user/{t}",
+                role="user_simulator",
+                model=self.models.user_simulator,
+                messages=messages,
+                config=self._cfg("user_simulator", None, "user_simulator"),
+                parse=lambda text: {**parse_paper_user_turn(text, len(checklist)), "raw": text.strip()},
+                template=paper_label(USER_SIMULATOR_YAML, paper.user_simulator_sha256),
+                reasks=self.config.reasks,
+            )
+            raw_turns.append(verdict["raw"])
+            chat.append({"role": "user", "content": verdict["message"]})
+            scores.append(verdict["score"])
+            referred.update(verdict["hinted_items"])
+            if verdict["end"]:
+                ended = True
+                break
+        interaction = interaction_record(session, checklist, chat, scores, ended, referred)
+        interaction["user_simulator_raw"] = raw_turns  # its whole answers: the chat it sees next turn
+        return stage.finish(name, interaction)  # type: ignore[no-any-return]
 
     async def _dialogue(
         self,
@@ -848,6 +964,8 @@ class CupidSynthesizer:
         name = f"{prefix}dialogue/{i}"
         if stage.done(name):
             return stage.output(name)  # type: ignore[no-any-return]
+        if self.paper is not None:
+            return await self._paper_dialogue(stage, persona, session, checklist, name, self.paper)
         chat = [{"role": "user", "content": opening_message(session)}]
         scores: list[int] = []
         last = i == self.config.n_sessions - 1
@@ -894,19 +1012,8 @@ class CupidSynthesizer:
             referred.update(verdict["hinted_items"])
             if verdict["score"] == 10:
                 break
-        interaction = {
-            "session_id": i,
-            "preference": session["preference"],
-            "checklist": checklist,
-            "chat": chat,
-            "scores": scores,
-            "is_satisfied": bool(scores) and scores[-1] == 10,
-            # Items the user simulator never said it referred to (the paper's rule: every item
-            # at least once by the last message); the verifier checks the text itself.
-            "unreferenced_items": [k for k in range(1, len(checklist) + 1) if k not in referred]
-            if scores
-            else [],
-        }
+        satisfied = bool(scores) and scores[-1] == 10
+        interaction = interaction_record(session, checklist, chat, scores, satisfied, referred)
         return stage.finish(name, interaction)  # type: ignore[no-any-return]
 
     async def _dialogues(
@@ -1175,13 +1282,6 @@ def journey_from(
 # --- driving a whole synthesis --------------------------------------------------------------
 
 
-@dataclass
-class SynthResult:
-    out: Path
-    summary: dict[str, Any]
-    states: list[UnitState]
-
-
 def build_models(config: CupidSynthConfig, factory: ModelFactory) -> CupidModels:
     return CupidModels(
         generator=factory.get(config.generator),
@@ -1198,40 +1298,31 @@ def synthesize_cupid(
     out: Path,
     factory: ModelFactory,
     *,
-    concurrency: int = 4,
-    resample_failed: bool = False,
-    on_done: Callable[[UnitState], None] | None = None,
     verify_against: Path | None = None,
+    protocol_dir: Path | None = None,
+    **pool: Unpack[common.PoolOptions],
 ) -> SynthResult:
-    """Generate (or resume) a CUPID-style dataset in `out`; returns the summary. With
-    `verify_against` (human labels), the summary reports the verifier's agreement with them."""
+    """Generate (or resume) a CUPID-style dataset in `out` (4 personas at once by default); returns
+    the summary. With `verify_against` (human labels), the summary reports the verifier's agreement
+    with them; `protocol_dir` holds the official files under --protocol paper."""
     if verify_against is not None and config.verifier is None:
         raise ConfigError("--verify-against needs the verifier stage (set a verifier model)")
-    seeds = load_seeds(config.seeds_file)
-    check_seed_reuse(config.n_personas, seeds, config.seeds_file, config.allow_seed_reuse, "personas")
+    seeds = common.unit_seeds(config.seeds_file, config.n_personas, config.allow_seed_reuse, "personas")
     templates = persona_templates(seeds, config.n_personas, config.seed)
+    # the official texts are read (and checked against their pins) before any call
+    paper = load_paper_synth_prompts(protocol_dir) if config.protocol == "paper" else None
     identity = config.identity()
-    manifest = {
-        "pipeline": "cupid",
-        "identity_hash": identity_hash(identity),
-        "config": asdict(config),
-        "models": {r: factory.get(s).spec.to_record() for r in ROLES if (s := config.model_for(r))},
-        "environment": environment(),
-    }
-    open_output(out, identity, manifest)
+    models_record = {r: factory.get(s).spec.to_record() for r in ROLES if (s := config.model_for(r))}
+    upstream = {"upstream": dict(paper.source)} if paper is not None else {}
+    common.start_output(out, "cupid", identity, config, models_record, **upstream)
     write_json(out / "persona_templates.json", templates)
     store = StateStore(out)
     models = build_models(config, factory)
-    synthesizer = CupidSynthesizer(config, models, store)
+    synthesizer = CupidSynthesizer(config, models, store, paper)
 
-    async def main() -> list[UnitState]:
-        RESAMPLE.set(resample_failed)
-        try:
-            return await run_units(templates, synthesizer.run, concurrency=concurrency, on_done=on_done)
-        finally:
-            await factory.aclose()
-
-    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    states, usage = common.run_pool(
+        out, factory, lambda: common.pool_units(templates, synthesizer.run, pool, 4), pool
+    )
     summary = write_outputs(out, config, states, usage, verify_against)
     return SynthResult(out, summary, states)
 

@@ -21,7 +21,14 @@ from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
 from personalign.benchmarks.cupid.synth_verify import agreement_with, summarize
 from personalign.runs.manifest import now
 from personalign.runs.store import write_json
-from personalign.synth.common import UnitState, content_words, lexical_leak, slug, write_jsonl
+from personalign.synth import common
+from personalign.synth.common import (
+    UnitState,
+    content_words,
+    lexical_leak,
+    slug,
+    write_jsonl,
+)
 
 
 class CheckSettings(Protocol):
@@ -202,15 +209,10 @@ def write_outputs(
     dropped: list[dict[str, Any]] = []
     decisions: dict[str, Any] = {}
     rejected: list[dict[str, Any]] = []
-    report: dict[str, Any] = {}
     personas: list[dict[str, Any]] = []
     (out / "raw" / "data").mkdir(parents=True, exist_ok=True)
-    failed = []
-    for state in states:
-        if state.status != "ok":
-            failed.append({"id": state.unit_id, "stage": state.failed_stage, "error": state.error})
-            report[state.unit_id] = {"status": "failed", "stage": state.failed_stage, "error": state.error}
-            continue
+    finished, failed, report = common.split_failed(states)
+    for state in finished:
         problems = check_persona(state, config.n_prior, config.leak_threshold)
         warnings = persona_warnings(state)
         instances = state.stages["instances"]["instances"]

@@ -56,6 +56,8 @@ class HiCupidSpec:
     protocol_show = "personalign.benchmarks.hicupid.cli:PROTOCOL_SHOW"
     # `personalign memory-eval --format hicupid`: the memory engine's retrieval against baselines.
     memory_eval = "personalign.benchmarks.hicupid.memory:memory_eval"
+    # `personalign synth hicupid`: its command(s), loaded when `synth` is used (cli_synth.py).
+    synth = "personalign.benchmarks.hicupid.synth_cli:register"
     # The official files of `--protocol paper` (`personalign protocol fetch|verify`), read at call time.
     upstream = "personalign.benchmarks.hicupid.protocol:SOURCE"
     title = "HiCUPID: answer from a long history; A/B and YES/NO judges"

@@ -22,42 +22,39 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from personalign.errors import ConfigError, ParseError
 from personalign.llm import GenerateConfig, ModelFactory
 from personalign.llm.model import Model
-from personalign.llm.spec import parse_model_spec
 from personalign.prompts import load_template
-from personalign.runs.manifest import environment, identity_hash, now
+from personalign.runs.manifest import now
 from personalign.runs.steps import StepFailed
 from personalign.runs.store import write_json
+from personalign.synth import common
 from personalign.synth.common import (
-    RESAMPLE,
     Stage,
     StateStore,
     StrippedOutput,
+    SynthSettings,
     UnitState,
     balanced_pick,
-    begin,
-    check_seed_reuse,
     content_words,
     json_config,
     lexical_leak,
-    load_seeds,
-    open_output,
     parse_model,
-    run_recorded,
-    run_units,
     scale_lengths,
     text_schema,
     write_jsonl,
 )
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 
 DIMENSIONS: tuple[str, ...] = (
     "Sports", "Fashion", "Electronics", "Game", "Movie", "Major", "Fitness", "Art", "Music", "Politics",
@@ -205,39 +202,37 @@ def assign_splits(dialogue_rows: list[dict[str, Any]], qa_rows: list[dict[str, A
     return counts
 
 
+# Token budget per stage (enough for the paper's sizes; a run may pass its own).
+MAX_TOKENS: dict[str, int] = {
+    "profile": 200,
+    "personas": 800,
+    "schedules": 600,
+    "persona_dialogue": 2000,
+    "single_dialogue": 300,
+    "qa": 700,
+}
+
+
 # --- configuration --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class HicupidSynthConfig:
+class HicupidSynthConfig(SynthSettings):
     """Sizes default to the paper's: 25 persona items, 5 profile fields, 10 schedules, 10-round
     persona dialogues, 5 multi-info questions; generation is greedy as in the paper."""
 
     generator: str
+    temperature: float = 0.0
+    leak_threshold: float = 0.6
     n_users: int = 2
     n_personas: int = 25
     n_schedules: int = 10
     n_multi: int = 5
     persona_rounds: int = 10
-    seed: int = 0
-    seeds_file: str | None = None
-    allow_seed_reuse: bool = False
-    leak_threshold: float = 0.6
-    length_scale: float | None = None
-    temperature: float = 0.0
-    max_tokens: dict[str, int] = field(
-        default_factory=lambda: {
-            "profile": 200,
-            "personas": 800,
-            "schedules": 600,
-            "persona_dialogue": 2000,
-            "single_dialogue": 300,
-            "qa": 700,
-        }
-    )
-    reasks: int = 1
+    max_tokens: dict[str, int] = field(default_factory=lambda: dict(MAX_TOKENS))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_users < 1:
             raise ConfigError("n_users must be at least 1")
         if not 1 <= self.n_personas <= len(DIMENSIONS):
@@ -256,12 +251,8 @@ class HicupidSynthConfig:
         return self.n_personas + self.n_multi + self.n_schedules
 
     def identity(self) -> dict[str, Any]:
-        record = asdict(self)
-        record.pop("n_users")
-        record.pop("allow_seed_reuse")  # a permission, not a property of the data
-        record["generator"] = parse_model_spec(self.generator).label
-        record["prompts"] = {name: load_template(name).sha256 for name in TEMPLATES.values()}
-        return {"pipeline": "hicupid", **record}
+        models = {"generator": self.generator}
+        return self.identity_record("hicupid", "n_users", models, list(TEMPLATES.values()), nested=False)
 
 
 # --- metadata drawn in code (pure) ----------------------------------------------------------
@@ -271,8 +262,7 @@ def user_plans(config: HicupidSynthConfig) -> list[dict[str, Any]]:
     """Per user: the seed description, persona dimensions with their relations, schedule
     times and the persona items used for multi-info questions; balanced across users and
     prefix-stable (user k depends only on the seed and users 0..k-1)."""
-    seeds = load_seeds(config.seeds_file)
-    check_seed_reuse(config.n_users, seeds, config.seeds_file, config.allow_seed_reuse, "users")
+    seeds = common.unit_seeds(config.seeds_file, config.n_users, config.allow_seed_reuse, "users")
     rng = random.Random(f"hicupid:{config.seed}")
     # each seed once before any twice (users sharing a seed get identical profiles at temperature 0)
     order = rng.sample(range(len(seeds)), len(seeds))
@@ -317,12 +307,11 @@ def describe_profile(profile: dict[str, Any]) -> str:
 # --- model outputs --------------------------------------------------------------------------
 
 
-class ProfileOut(StrippedOutput):
-    age: int = Field(ge=1, le=120)
-    gender: str = Field(min_length=1, max_length=60)
-    personality: str = Field(min_length=1, max_length=200)
-    occupation: str = Field(min_length=1, max_length=120)
-    income_range: str = Field(min_length=1, max_length=80)
+ProfileOut = common.text_output(
+    "ProfileOut",
+    {"gender": 60, "personality": 200, "occupation": 120, "income_range": 80},
+    age=(int, Field(ge=1, le=120)),
+)
 
 
 PROFILE_SCHEMA: dict[str, Any] = {
@@ -339,30 +328,27 @@ PROFILE_SCHEMA: dict[str, Any] = {
 
 
 def list_schema(key: str, n: int, max_length: int) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            key: {"type": "array", "items": text_schema(max_length), "minItems": n, "maxItems": n}
-        },
-        "required": [key],
-    }
+    return common.fixed_list_schema(key, text_schema(max_length), n)
+
+
+def _non_empty(key: str) -> Callable[[list[str]], None]:
+    def check(values: list[str]) -> None:
+        if any(not v for v in values):
+            raise ParseError(f"{key}: empty value")
+
+    return check
 
 
 def parse_list(key: str, n: int) -> Callable[[str], list[str]]:
     class ListOut(StrippedOutput):
         values: list[str] = Field(alias=key)
 
-    base = parse_model(ListOut, key)
+        @field_validator("values", mode="after")
+        @classmethod
+        def _fold(cls, values: list[str]) -> list[str]:
+            return [" ".join(v.split()) for v in values]
 
-    def parse(text: str) -> list[str]:
-        values = [" ".join(v.split()) for v in base(text).values]
-        if len(values) != n:
-            raise ParseError(f"{key}: {len(values)} values, expected {n}")
-        if any(not v for v in values):
-            raise ParseError(f"{key}: empty value")
-        return values
-
-    return parse
+    return common.parse_fixed_list(ListOut, "values", n, key, noun="values", check=_non_empty(key))
 
 
 class Turn(StrippedOutput):
@@ -374,33 +360,15 @@ class TurnsOut(StrippedOutput):
     turns: list[Turn]
 
 
-TURN_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"user": text_schema(400), "assistant": text_schema(500)},
-    "required": ["user", "assistant"],
-}
+TURN_SCHEMA = common.object_schema({"user": text_schema(400), "assistant": text_schema(500)})
 
 
 def turns_schema(rounds: int) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "turns": {"type": "array", "items": TURN_SCHEMA, "minItems": rounds, "maxItems": rounds}
-        },
-        "required": ["turns"],
-    }
+    return common.fixed_list_schema("turns", TURN_SCHEMA, rounds)
 
 
 def parse_turns(rounds: int) -> Callable[[str], list[dict[str, str]]]:
-    base = parse_model(TurnsOut, "persona dialogue")
-
-    def parse(text: str) -> list[dict[str, str]]:
-        turns = base(text).turns
-        if len(turns) != rounds:
-            raise ParseError(f"persona dialogue: {len(turns)} rounds, expected {rounds}")
-        return [t.model_dump() for t in turns]
-
-    return parse
+    return common.parse_fixed_list(TurnsOut, "turns", rounds, "persona dialogue", noun="rounds")
 
 
 class QAOut(StrippedOutput):
@@ -471,11 +439,9 @@ class HicupidSynthesizer:
 
     async def run(self, plan: dict[str, Any]) -> UnitState:
         uid = f"user_{plan['user_id']}"
-        state = self.store.load(uid) or UnitState(unit_id=uid, inputs={"plan": plan})
-        if state.status == "ok":
-            return state
-        begin(state)
-        stage = Stage(state, self.store)
+        stage = common.resume_unit(self.store, uid, {"plan": plan})
+        if stage.finished:
+            return stage.state
         current = "profile"
         try:
             profile = await self._call(
@@ -526,14 +492,10 @@ class HicupidSynthesizer:
                     raise result
             stage.finish("metadata", {"profile": profile, "personas": personas, "schedules": schedules})
         except StepFailed as exc:
-            stage.fail(exc.step, str(exc))
-            return state
+            return stage.fail(exc.step, str(exc))
         except (ValueError, ParseError) as exc:
-            stage.fail(current, f"{current}: {exc}")
-            return state
-        state.status = "ok"
-        self.store.save(state)
-        return state
+            return stage.fail_output(current, exc)
+        return stage.complete()
 
     async def _persona_dialogue(self, stage: Stage, who: str, k: int, persona: dict[str, Any]) -> Any:
         rounds = self.config.persona_rounds
@@ -690,54 +652,27 @@ def _leak(q: HicupidQARow, threshold: float) -> str | None:
 # --- driving ---------------------------------------------------------------------------------
 
 
-@dataclass
-class HicupidResult:
-    out: Path
-    summary: dict[str, Any]
-    states: list[UnitState]
-
-
 def synthesize_hicupid(
-    config: HicupidSynthConfig,
-    out: Path,
-    factory: ModelFactory,
-    *,
-    concurrency: int = 2,
-    resample_failed: bool = False,
-    on_done: Callable[[UnitState], None] | None = None,
-) -> HicupidResult:
+    config: HicupidSynthConfig, out: Path, factory: ModelFactory, **pool: Unpack[common.PoolOptions]
+) -> common.SynthResult:
+    """Generate (or resume) a HiCUPID-style dataset in `out` (2 users at once by default)."""
     plans = user_plans(config)
     identity = config.identity()
-    manifest = {
-        "pipeline": "hicupid",
-        "identity_hash": identity_hash(identity),
-        "config": asdict(config),
-        "models": {"generator": factory.get(config.generator).spec.to_record()},
-        "environment": environment(),
-    }
-    open_output(out, identity, manifest)
+    common.start_output(
+        out, "hicupid", identity, config, {"generator": factory.get(config.generator).spec.to_record()}
+    )
     store = StateStore(out)
     synthesizer = HicupidSynthesizer(config, factory.get(config.generator), store)
 
-    async def main() -> list[UnitState]:
-        RESAMPLE.set(resample_failed)
-        try:
-            return await run_units(plans, synthesizer.run, concurrency=concurrency, on_done=on_done)
-        finally:
-            await factory.aclose()
-
-    states, usage = run_recorded(out, factory.tracker, lambda: asyncio.run(main()))
+    states, usage = common.run_pool(
+        out, factory, lambda: common.pool_units(plans, synthesizer.run, pool, 2), pool
+    )
     dialogue_rows: list[dict[str, Any]] = []
     qa_rows: list[dict[str, Any]] = []
     users: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
-    report: dict[str, Any] = {}
-    for state in states:
-        if state.status != "ok":
-            failed.append({"id": state.unit_id, "stage": state.failed_stage, "error": state.error})
-            report[state.unit_id] = {"status": "failed", "stage": state.failed_stage, "error": state.error}
-            continue
+    finished, failed, report = common.split_failed(states)
+    for state in finished:
         dialogues, qa = build_rows(state, config)
         problems = check_user(dialogues, qa, config)
         report[state.unit_id] = {"status": "rejected" if problems else "passed", "problems": problems}
@@ -772,4 +707,4 @@ def synthesize_hicupid(
         "usage": usage,
     }
     write_json(out / "summary.json", summary)
-    return HicupidResult(out, summary, states)
+    return common.SynthResult(out, summary, states)

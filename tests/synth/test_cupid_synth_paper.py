@@ -1,0 +1,216 @@
+"""`synth cupid --protocol paper` on stand-in upstream files (our own short texts, same layout and
+placeholders as the official synthesis prompts), with scripted models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from personalign.benchmarks.cupid import protocol as cp
+from personalign.benchmarks.cupid import synth as cs
+from personalign.benchmarks.cupid import synth_paper as sp
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
+from personalign.errors import ConfigError, ParseError
+from personalign.llm import GenerateConfig, ModelFactory, parse_model_spec
+from personalign.llm.backends import Backend
+from personalign.llm.backends.scripted import ScriptedBackend, default_responder
+from personalign.protocols import ProtocolError
+from personalign.types import Message
+
+STAND_INS = {
+    cp.DECOMPOSER_YAML: (
+        'system_prompt: |-\n  SPLIT-WISH. Reply {{"checklist": [...]}}\n'
+        "user_prompt: |-\n  WISH\n\n  {preferences}\n"
+    ),
+    cp.USER_SIMULATOR_YAML: (
+        "system_prompt: |-\n  PLAY-USER {user_profile}\n  WHEN {context_factor}\n  WANT {preference}\n"
+        "  ITEMS\n  {checklist}\n"
+    ),
+    cp.ASSISTANT_SIMULATOR_YAML: "system_prompt: |-\n  PLAY-HELPER, be brief.\n",
+}
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+SOURCE = replace(cp.SOURCE, files={path: sha(text) for path, text in STAND_INS.items()})
+
+
+def checkout(root: Path) -> Path:
+    for path, text in STAND_INS.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text, encoding="utf-8")
+    return root
+
+
+def answer(score: int, items: Sequence[int], message: str) -> str:
+    """A user simulator answer in the official layout."""
+    listed = "\n".join(f"- {k}. item {k}" for k in items) or "N/A"
+    status = "END" if score == 10 else "CONTINUE"
+    return (
+        f"{sp.EVALUATION}\n\n1. ok\n\n{sp.SCORE}\n\n{score}\n\n{sp.CONTINUE_OR_END}\n\n{status}\n\n"
+        f"{sp.SELECTED}\n\n{listed}\n\n{sp.THINKING}\n\nhm\n\n{sp.YOUR_MESSAGE}\n\n{message}"
+    )
+
+
+def responder(messages: Sequence[Message], config: GenerateConfig) -> str:
+    """Scripted answers: the official layouts for the stand-in prompts, the default otherwise."""
+    system = messages[0].content if messages and messages[0].role == "system" else ""
+    if system.startswith("SPLIT-WISH"):
+        wish = messages[1].content.split("WISH\n\n")[1]
+        return "```json\n" + json.dumps({"checklist": [f"Does it {w}?" for w in wish.split()[:2]]}) + "\n```"
+    if system.startswith("PLAY-USER"):
+        turn = sum(1 for m in messages if m.role == "assistant") - 1  # the opening answer is not a turn
+        n_items = len([line for line in system.split("ITEMS\n")[1].splitlines() if line.strip()])
+        if turn == 0:
+            return answer(6, [1], "Could you lean on the first point?")
+        return answer(10, list(range(1, n_items + 1)), "Thanks, that covers all of it.")
+    if system.startswith("PLAY-HELPER"):
+        return f"Reply {len(messages)}."
+    return default_responder(messages, config)
+
+
+SPEC = "scripted/synth"
+
+
+class Recorder(ScriptedBackend):
+    def __init__(self) -> None:
+        super().__init__(responder)
+        self.asked: list[list[Message]] = []
+
+    async def generate(self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float) -> Any:
+        self.asked.append(list(messages))
+        return await super().generate(messages, config, timeout=timeout)
+
+
+def factory(backend: ScriptedBackend) -> ModelFactory:
+    backends: dict[str, Backend] = {str(parse_model_spec(SPEC)): backend}
+    return ModelFactory(cache=None, backends=backends)
+
+
+def config(**overrides: Any) -> CupidSynthConfig:
+    base: dict[str, Any] = dict(
+        generator=SPEC, user_simulator=SPEC, assistant=SPEC, decomposer=SPEC, n_personas=1, n_factors=3,
+        n_sessions=9, max_turns=3, protocol="paper", temperature=dict(cs.PAPER_TEMPERATURES),
+    )  # fmt: skip
+    return CupidSynthConfig(**{**base, **overrides})
+
+
+@pytest.fixture()
+def standin_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verify against the stand-ins' hashes instead of the real pins."""
+    monkeypatch.setattr(cs, "load_paper_synth_prompts", partial(sp.load_paper_synth_prompts, source=SOURCE))
+
+
+# --- rendering and parsing (pure) ----------------------------------------------------------------
+
+
+def prompts(tmp_path: Path) -> sp.PaperSynthPrompts:
+    return sp.load_paper_synth_prompts(checkout(tmp_path / "up"), source=SOURCE)
+
+
+def test_user_simulator_sees_its_own_answers_as_assistant_turns(tmp_path: Path) -> None:
+    chat = [
+        {"role": "user", "content": "Plan my trip."},
+        {"role": "assistant", "content": "Go to Rome."},
+        {"role": "user", "content": "Cheaper?"},
+        {"role": "assistant", "content": "Go by train."},
+    ]
+    messages = sp.paper_user_messages(
+        prompts(tmp_path), persona="Ana, a nurse", factor="Budget", preference="Spend little",
+        checklist=["Is it cheap?", "Is it short?"], chat=chat, raw_turns=["RAW-1"],
+    )  # fmt: skip
+    system = "PLAY-USER Ana, a nurse\nWHEN Budget\nWANT Spend little\nITEMS\n1. Is it cheap?\n2. Is it short?"
+    assert messages[0] == Message(role="system", content=system)
+    assert [m.role for m in messages[1:]] == ["assistant", "user", "assistant", "user"]
+    opening = messages[1].content
+    assert opening.startswith(sp.EVALUATION) and opening.endswith(f"{sp.YOUR_MESSAGE}\n\nPlan my trip.")
+    assert f"{sp.CONTINUE_OR_END}\n\nCONTINUE" in opening
+    assert [m.content for m in messages[2:]] == ["Go to Rome.", "RAW-1", "Go by train."]
+
+
+def test_assistant_simulator_and_decomposer_messages(tmp_path: Path) -> None:
+    paper = prompts(tmp_path)
+    chat = [{"role": "user", "content": "Hi"}]
+    assert sp.paper_assistant_messages(paper, chat) == [
+        Message(role="system", content="PLAY-HELPER, be brief."),
+        Message(role="user", content="Hi"),
+    ]
+    assert [m.content for m in sp.paper_decomposer_messages(paper, "Be terse")] == [
+        'SPLIT-WISH. Reply {"checklist": [...]}',
+        "WISH\n\nBe terse",
+    ]
+
+
+def test_opening_fills_the_resource_placeholder() -> None:
+    session = {"request_with_factor": "Fix this: [resource]\n", "resource": "x = 1"}
+    assert sp.paper_opening(session) == "Fix this: x = 1\n"
+    assert sp.paper_opening({**session, "request_with_factor": "Fix it."}) == "Fix it.\n\nx = 1"
+    assert sp.paper_opening({**session, "resource": None}) == "Fix this: [resource]\n"
+
+
+def test_parse_user_turn_by_the_official_sections() -> None:
+    parsed = sp.parse_paper_user_turn(answer(7, [2, 9], "More detail please."), n_items=3)
+    assert parsed == {"message": "More detail please.", "end": False, "score": 7, "hinted_items": [2]}
+    assert sp.parse_paper_user_turn(answer(10, [1], "Great."), n_items=1)["end"] is True
+    with pytest.raises(ParseError, match="Continue or End"):
+        sp.parse_paper_user_turn("Sure, here is my message.", n_items=1)
+    with pytest.raises(ParseError, match="empty"):
+        sp.parse_paper_user_turn(answer(5, [], ""), n_items=1)
+
+
+# --- the pipeline ----------------------------------------------------------------------------------
+
+
+def test_paper_protocol_synthesis_uses_the_official_texts(tmp_path: Path, standin_pins: None) -> None:
+    backend = Recorder()
+    out = tmp_path / "out"
+    result = synthesize_cupid(
+        config(), out, factory(backend), concurrency=1, protocol_dir=checkout(tmp_path / "up")
+    )
+    assert result.summary["failed"] == [] and result.summary["passed_validation"] == 1
+    state = json.loads(next((out / "state").glob("*.json")).read_text())
+    # the decomposer, user and assistant simulators were asked with the stand-in (official) texts
+    systems = {m[0].content.split()[0] for m in backend.asked if m and m[0].role == "system"}
+    assert {"SPLIT-WISH.", "PLAY-USER", "PLAY-HELPER,"} <= systems
+    first = state["stages"]["dialogue/0"]
+    assert [m["role"] for m in first["chat"]] == ["user", "assistant", "user", "assistant", "user"]
+    assert first["scores"] == [6, 10] and first["is_satisfied"] is True
+    assert first["unreferenced_items"] == [] and len(first["user_simulator_raw"]) == 2
+    checklists = state["stages"]["checklists"]
+    assert all(items and items[0].startswith("Does it") for items in checklists.values())
+    steps = state["steps"]
+    assert steps["decompose/0"]["prompt"] == f"kixlab/CUPID:{cp.DECOMPOSER_YAML}"
+    assert steps["dialogue/0/user/0"]["prompt_sha256"] == SOURCE.files[cp.USER_SIMULATOR_YAML]
+    manifest = json.loads((out / "synth_manifest.json").read_text())
+    assert manifest["upstream"]["files"] == SOURCE.files
+    assert manifest["identity"]["upstream"]["files"] == sp.paper_pins()  # the identity: the real pins
+    assert manifest["identity"]["temperature"]["factors"] == 1.0
+    assert len(load_cupid(out / "cupid.jsonl").instances) == 3
+
+
+def test_wrong_checksum_stops_before_any_call(tmp_path: Path) -> None:
+    backend = Recorder()
+    out = tmp_path / "out"
+    with pytest.raises(ProtocolError, match=r"preference_decomposer.yaml has sha256 .*protocol fetch cupid"):
+        synthesize_cupid(config(), out, factory(backend), protocol_dir=checkout(tmp_path / "up"))
+    assert backend.asked == [] and not out.exists()
+
+
+def test_protocol_is_part_of_the_identity_and_checked() -> None:
+    ours = config(protocol="personalign").identity()
+    # unchanged for our protocol, so directories written before the option existed still resume
+    assert "upstream" not in ours and "protocol" not in ours
+    assert config().identity()["upstream"]["commit"] == cp.SOURCE.commit
+    assert config().identity()["protocol"] == "paper"
+    with pytest.raises(ConfigError, match="unknown synthesis protocol"):
+        config(protocol="official")
