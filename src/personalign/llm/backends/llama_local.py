@@ -262,7 +262,9 @@ def load_model(path: Path, n_ctx: int) -> LoadedModel:
     with _MODELS_LOCK:
         if key not in _MODELS:
             try:
-                from llama_cpp import Llama
+                from personalign.llm.backends.llama_sampling import fast_llama_class
+
+                Llama = fast_llama_class()
             except ImportError:
                 raise ConfigError(
                     "local models need `pip install personalign[local]` (llama-cpp-python)"
