@@ -532,3 +532,26 @@ def test_judge_parse_errors_say_which_role_and_what(parse: Any, text: str, messa
 def test_preference_header_variants_and_cleaning(text: str) -> None:
     assert parse_inferred_preference(text) == "Lead with counts."
     assert parse_inferred_preference("Most Likely Preference: Call me REX") == "Call me REX"
+
+
+def test_only_the_bundled_matcher_gets_the_short_reasoning_budget_and_the_prompt_is_the_same() -> None:
+    from personalign.benchmarks.cupid.config import (
+        EMBEDDED_MATCHER_REASONING_CHARS,
+        MATCHER_REASONING_CHARS,
+        CupidConfig,
+    )
+    from personalign.benchmarks.cupid.steps import CupidPrompts
+
+    def call(matcher: str) -> Any:
+        config = CupidConfig(subject="s", decomposer="j", matcher=matcher, judge="j")
+        return CupidPrompts(config).match("Short emails.", ["Is it short?", "Is it polite?"])
+
+    bundled, hosted = call("local/smollm2"), call("openai/gpt-4o-2024-11-20")
+
+    def bound(c: Any) -> int:
+        entry = c.config.json_schema["properties"]["results"]["items"]
+        return int(entry["properties"]["reasoning"]["maxLength"])
+
+    assert (bound(bundled), bound(hosted)) == (EMBEDDED_MATCHER_REASONING_CHARS, MATCHER_REASONING_CHARS)
+    assert EMBEDDED_MATCHER_REASONING_CHARS < MATCHER_REASONING_CHARS
+    assert bundled.messages == hosted.messages and bundled.prompt.sha256 == hosted.prompt.sha256

@@ -34,6 +34,20 @@ def default_subject_max_tokens(subject: str, protocol: str = "personalign") -> i
     return EMBEDDED_SUBJECT_MAX_TOKENS if subject == EMBEDDED_DEFAULT else SUBJECT_MAX_TOKENS
 
 
+# The matcher's reasoning field under `personalign` (a schema bound; the prompt asks for reasoning
+# without a length, as the official one does). The bundled 135M model does not reason there: it
+# writes the labels of the following entries over and over until the bound (481 of the 634 tokens
+# it generated per demo instance went into that field). Its bound is a decoding budget for that
+# model alone, not an instruction; every other matcher keeps the longer one.
+MATCHER_REASONING_CHARS = 300
+EMBEDDED_MATCHER_REASONING_CHARS = 100
+
+
+def matcher_reasoning_chars(matcher: str) -> int:
+    """The bound on each matcher result's reasoning field for `matcher` (`personalign` schema)."""
+    return EMBEDDED_MATCHER_REASONING_CHARS if matcher == EMBEDDED_DEFAULT else MATCHER_REASONING_CHARS
+
+
 # Context strategies the official evaluator has no prompt for (it formats raw dialogues only).
 PAPER_UNSUPPORTED_CONTEXTS = ("summaries", "gold-preference")
 

@@ -62,8 +62,9 @@ GENERATION_JUDGE_SCHEMA: dict[str, Any] = {
 }
 
 
-def match_schema(n_items: int, fmt: MatcherFormat = "default") -> dict[str, Any]:
-    """Schema for the matcher's answer, with exactly one entry per checklist item."""
+def match_schema(n_items: int, fmt: MatcherFormat = "default", reasoning_chars: int = 300) -> dict[str, Any]:
+    """Schema for the matcher's answer, with exactly one entry per checklist item (each reasoning
+    at most `reasoning_chars` long)."""
     entry: dict[str, Any] = {
         "type": "object",
         "properties": {
@@ -75,7 +76,7 @@ def match_schema(n_items: int, fmt: MatcherFormat = "default") -> dict[str, Any]
     if fmt == "default":
         entry["properties"] = {
             "index": entry["properties"]["index"],
-            "reasoning": {"type": "string", "maxLength": 300},
+            "reasoning": {"type": "string", "maxLength": reasoning_chars},
             "label": entry["properties"]["label"],
         }
         entry["required"] = ["index", "reasoning", "label"]

@@ -29,6 +29,7 @@ from personalign.benchmarks.cupid.config import SUBJECT_STEPS as SUBJECT_STEPS
 from personalign.benchmarks.cupid.config import TASKS as TASKS
 from personalign.benchmarks.cupid.config import CupidConfig as CupidConfig
 from personalign.benchmarks.cupid.config import default_subject_max_tokens as default_subject_max_tokens
+from personalign.benchmarks.cupid.config import matcher_reasoning_chars
 from personalign.benchmarks.cupid.context import (
     format_history,
     format_session,
@@ -169,7 +170,7 @@ class CupidPrompts:
             return StepCall(prompt.label(), messages, self.paper_configs["matcher"])
         config = self._judge_config(
             "match_list" if fmt == "prefmatcher" else "match_results",
-            lambda: match_schema(len(items), fmt),
+            lambda: match_schema(len(items), fmt, matcher_reasoning_chars(self.config.matcher)),
             variant=len(items),
         )
         name = "match_prefmatcher" if fmt == "prefmatcher" else "match"
