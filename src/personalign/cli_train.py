@@ -62,6 +62,12 @@ CheckpointingOpt = Annotated[
     ),
 ]
 QloraOpt = Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base (needs CUDA and bitsandbytes).")]
+RunOpt = Annotated[
+    Path,
+    typer.Option(
+        "--run", help="A finished run directory, the teacher (CUPID for matcher, HiCUPID for judge)."
+    ),
+]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in --out.")]
 
 
@@ -185,12 +191,8 @@ def register(app: typer.Typer) -> None:
     )(make("sft-dpo"))
 
     def make_distil(kind: str) -> Any:
-        teacher = "CUPID" if kind == "matcher" else "HiCUPID"
-
         def command(
-            run: Annotated[
-                Path, typer.Option("--run", help=f"A finished {teacher} run directory (the teacher).")
-            ],
+            run: RunOpt,
             out: OutOpt,
             base: BaseOpt = "smollm2",
             data: Annotated[
