@@ -190,7 +190,8 @@ def test_calls_with_different_settings_or_a_sampling_seed_are_not_batched_togeth
 
     async def calls() -> list[Any]:
         jobs = [
-            backend.generate(p, c, timeout=60) for p, c in zip(PROMPTS, [short, long, short, long, short])
+            backend.generate(p, c, timeout=60)
+            for p, c in zip(PROMPTS, [short, long, short, long, short], strict=True)
         ]
         jobs += [backend.generate(p, seeded, timeout=60) for p in PROMPTS[:2]]
         return list(await asyncio.gather(*jobs))
@@ -219,3 +220,11 @@ def test_a_bad_batch_option_is_a_config_error() -> None:
         build_backend(parse_model_spec("hf/smollm2?batch=0"))
     with pytest.raises(ConfigError, match="only apply to hf/"):
         parse_model_spec("local/smollm2?batch=4")
+
+
+def test_hf_calls_wait_for_their_batch_without_the_http_timeout() -> None:
+    # a call's time includes the batch ahead of it: the HTTP default (120 s) would cut it off and retry
+    assert parse_model_spec("hf/smollm2").timeout == 3600.0
+    assert parse_model_spec("hf/smollm2").concurrency == 8
+    assert parse_model_spec("hf/smollm2?timeout=30").timeout == 30.0
+    assert parse_model_spec("openai/gpt-4o").timeout == 120.0

@@ -50,6 +50,9 @@ OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
 PROVIDERS = (*OPENAI_COMPATIBLE_HOSTS, "openai-compat", "anthropic", "local", "scripted", "hf")
 # hf/: 8 calls in flight, so the in-process backend can batch them into one generate call
 DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8, "hf": 8}
+# hf/: a call's time includes its wait for the batch ahead of it in the same process (no network to
+# fail), so a CPU batch of long replies must not be cut off and retried at the HTTP default.
+DEFAULT_TIMEOUT = {"hf": 3600.0}
 KNOWN_OPTIONS = {
     "key_env",
     "concurrency",
@@ -218,7 +221,7 @@ def parse_model_spec(text: str) -> ModelSpec:
         raise ConfigError(f"{text!r}: reasoning_param must be one of {sorted(REASONING_PARAMS)}")
     try:
         concurrency = int(options.get("concurrency", DEFAULT_CONCURRENCY.get(provider, 16)))
-        timeout = float(options.get("timeout", 120.0))
+        timeout = float(options.get("timeout", DEFAULT_TIMEOUT.get(provider, 120.0)))
         max_retries = int(options.get("max_retries", 4))
     except ValueError as exc:
         raise ConfigError(f"{text!r}: bad numeric option ({exc})") from None
