@@ -1,4 +1,4 @@
-"""CPU smoke of the training recipe (issue 15): SFT then DPO (30 + 20 steps) on the HiCUPID
+"""CPU smoke of the training recipe (issue 15): SFT then DPO (30 + 5 steps) on the HiCUPID
 fixture's train split with the bundled SmolLM2-135M, then `personalign run hicupid` on the held-out
 test_1 questions for the base model, the SFT adapter and the SFT+DPO adapter (through the hf/
 backend), printing the first / last loss of each stage and a table of ROUGE-L / BLEU.
@@ -52,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/train-smoke"))
     parser.add_argument("--sft-steps", type=int, default=30)
-    parser.add_argument("--dpo-steps", type=int, default=20)
+    parser.add_argument("--dpo-steps", type=int, default=5)
     parser.add_argument("--sft-lr", default="1e-3")
     parser.add_argument("--dpo-lr", default="2e-4")
     parser.add_argument("--context", default="gold")
