@@ -5,7 +5,8 @@ is present, on a CUDA GPU. Each measurement trains a few optimizer steps through
     PYTHONPATH=src python benchmarks/train_throughput.py --steps 4 --max-length 256
     PYTHONPATH=src python benchmarks/train_throughput.py --base /path/to/Llama-3.1-8B-Instruct --lora-r 256
 
-On a busy 2-core CPU the numbers are dominated by contention: run it with nothing else running.
+Without a CUDA GPU the GPU measurement is skipped with a message. On a busy 2-core CPU the numbers
+are dominated by contention: run it with nothing else running (the load average is printed).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -66,6 +68,9 @@ def main() -> None:
     import torch
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if "cuda" not in devices:
+        print("no CUDA GPU found: skipping the GPU measurement (CPU only)", flush=True)
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     rows = []
     for device in reversed(devices):  # GPU first: the CPU run patches CUDA detection away
         for kind in args.kinds:

@@ -1,4 +1,5 @@
-"""`personalign train sft|dpo|sft-dpo`: LoRA fine-tuning on a benchmark's train split (TRL + PEFT)."""
+"""`personalign train sft|dpo|sft-dpo|matcher|judge`: LoRA fine-tuning on a benchmark's train split,
+and distilling a finished run's matcher or judge (TRL + PEFT)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ CheckpointingOpt = Annotated[
     ),
 ]
 QloraOpt = Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base (needs CUDA and bitsandbytes).")]
+RunOpt = Annotated[
+    Path,
+    typer.Option(
+        "--run", help="A finished run directory, the teacher (CUPID for matcher, HiCUPID for judge)."
+    ),
+]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in --out.")]
 
 
@@ -181,79 +188,113 @@ def register(app: typer.Typer) -> None:
         "sft-dpo", help="SFT, merge the adapter, then DPO on the merged model (out/sft, out/dpo)."
     )(make("sft-dpo"))
 
-    @train_app.command(
-        "matcher", help="Distil a finished CUPID run's matcher into a small model; report held-out agreement."
-    )
-    def matcher(
-        run: Annotated[Path, typer.Option("--run", help="A finished CUPID run directory (the teacher).")],
-        out: OutOpt,
-        base: BaseOpt = "smollm2",
-        data: Annotated[
-            str | None, typer.Option("--data", help="CUPID data of the run (default: its manifest's).")
-        ] = None,
-        held_out_fraction: Annotated[
-            float, typer.Option("--held-out", help="Share of instances held out for the agreement report.")
-        ] = 0.25,
-        lr: Annotated[float, typer.Option("--lr", help="Learning rate (CUPID's PrefMatcher: 3e-4).")] = 3e-4,
-        epochs: EpochsOpt = 1.0,
-        max_steps: StepsOpt = -1,
-        batch_size: Annotated[
-            int, typer.Option("--batch-size", help="Per-device batch (PrefMatcher: 4).")
-        ] = 4,
-        grad_accum: Annotated[int, typer.Option("--grad-accum", help="Accumulation (PrefMatcher: 8).")] = 8,
-        max_length: MaxLenOpt = 4096,
-        lora_r: Annotated[int, typer.Option("--lora-r", help="LoRA rank (PrefMatcher: 64).")] = 64,
-        lora_alpha: Annotated[int, typer.Option("--lora-alpha", help="LoRA alpha (PrefMatcher: 128).")] = 128,
-        lora_dropout: Annotated[float, typer.Option("--lora-dropout", help="PrefMatcher: 0.0.")] = 0.0,
-        target_modules: Annotated[
-            str,
-            typer.Option("--target-modules", help="Comma-separated (PrefMatcher: q, v, output projections)."),
-        ] = "q_proj,v_proj,o_proj",
-        lora_top_layers: TopLayersOpt = None,
-        gradient_checkpointing: CheckpointingOpt = True,
-        qlora: QloraOpt = False,
-        max_tokens: Annotated[int, typer.Option("--max-tokens", help="Student reply budget.")] = 512,
-        seed: SeedOpt = 0,
-    ) -> None:
-        try:
-            from personalign.train.recipes import train_matcher
+    def make_distil(kind: str) -> Any:
+        def command(
+            run: RunOpt,
+            out: OutOpt,
+            base: BaseOpt = "smollm2",
+            data: Annotated[
+                str | None, typer.Option("--data", help="The run's data (default: its manifest's).")
+            ] = None,
+            held_out_fraction: Annotated[
+                float,
+                typer.Option("--held-out", help="Share of instances held out for the agreement report."),
+            ] = 0.25,
+            lr: Annotated[
+                float, typer.Option("--lr", help="Learning rate (CUPID's PrefMatcher: 3e-4).")
+            ] = 3e-4,
+            epochs: EpochsOpt = 1.0,
+            max_steps: StepsOpt = -1,
+            batch_size: Annotated[
+                int, typer.Option("--batch-size", help="Per-device batch (PrefMatcher: 4).")
+            ] = 4,
+            grad_accum: Annotated[
+                int, typer.Option("--grad-accum", help="Accumulation (PrefMatcher: 8).")
+            ] = 8,
+            max_length: MaxLenOpt = 4096,
+            lora_r: Annotated[int, typer.Option("--lora-r", help="LoRA rank (PrefMatcher: 64).")] = 64,
+            lora_alpha: Annotated[
+                int, typer.Option("--lora-alpha", help="LoRA alpha (PrefMatcher: 128).")
+            ] = 128,
+            lora_dropout: Annotated[float, typer.Option("--lora-dropout", help="PrefMatcher: 0.0.")] = 0.0,
+            target_modules: Annotated[
+                str,
+                typer.Option(
+                    "--target-modules", help="Comma-separated (PrefMatcher: q, v, output projections)."
+                ),
+            ] = "q_proj,v_proj,o_proj",
+            lora_top_layers: TopLayersOpt = None,
+            gradient_checkpointing: CheckpointingOpt = True,
+            qlora: QloraOpt = False,
+            max_tokens: Annotated[int, typer.Option("--max-tokens", help="Student reply budget.")] = 512,
+            seed: SeedOpt = 0,
+        ) -> None:
+            try:
+                from personalign.train.recipes import train_judge, train_matcher
 
-            settings = _settings(
-                "sft",
-                learning_rate=lr,
-                epochs=epochs,
-                max_steps=max_steps,
-                batch_size=batch_size,
-                grad_accum=grad_accum,
-                max_length=max_length,
-                lora_r=lora_r,
-                lora_alpha=lora_alpha,
-                lora_dropout=lora_dropout,
-                target_modules=target_modules,
-                lora_top_layers=lora_top_layers,
-                gradient_checkpointing=gradient_checkpointing,
-                qlora=qlora,
-                weight_decay=0.01,
-                seed=seed,
-            )
-            report = train_matcher(
-                run,
-                base,
-                out,
-                settings,
-                held_out_fraction=held_out_fraction,
-                data=data,
-                max_tokens=max_tokens,
-                seed=seed,
-            )
-            held = report["held_out"]
-            assert isinstance(held, dict)
-            kappa = "n/a" if held["kappa"] is None else f"{held['kappa']:.3f}"
-            accuracy = "n/a" if held["accuracy"] is None else f"{held['accuracy']:.3f}"
-            console.print(
-                f"[bold]matcher[/]: held-out agreement with the teacher over {held['items']} items "
-                f"({held['calls']} calls, {held['unparseable_calls']} unparseable): accuracy {accuracy}, "
-                f"Cohen's kappa {kappa}; report {out / 'agreement.json'}"
-            )
-        except PersonalignError as exc:
-            _fail(exc)
+                settings = _settings(
+                    "sft",
+                    learning_rate=lr,
+                    epochs=epochs,
+                    max_steps=max_steps,
+                    batch_size=batch_size,
+                    grad_accum=grad_accum,
+                    max_length=max_length,
+                    lora_r=lora_r,
+                    lora_alpha=lora_alpha,
+                    lora_dropout=lora_dropout,
+                    target_modules=target_modules,
+                    lora_top_layers=lora_top_layers,
+                    gradient_checkpointing=gradient_checkpointing,
+                    qlora=qlora,
+                    weight_decay=0.01,
+                    seed=seed,
+                )
+                recipe = train_matcher if kind == "matcher" else train_judge
+                report = recipe(
+                    run,
+                    base,
+                    out,
+                    settings,
+                    held_out_fraction=held_out_fraction,
+                    data=data,
+                    max_tokens=max_tokens,
+                    seed=seed,
+                )
+                _agreement(kind, report, out)
+            except PersonalignError as exc:
+                _fail(exc)
+
+        return command
+
+    train_app.command(
+        "matcher", help="Distil a finished CUPID run's matcher into a small model; report held-out agreement."
+    )(make_distil("matcher"))
+    train_app.command(
+        "judge",
+        help="Distil a finished HiCUPID run's A/B judge into a small model (proxy judge); report held-out "
+        "agreement and S.",
+    )(make_distil("judge"))
+
+
+def _fmt(value: object) -> str:
+    return "n/a" if value is None else f"{float(value):.3f}"  # type: ignore[arg-type]
+
+
+def _agreement(kind: str, report: dict[str, Any], out: Path) -> None:
+    """Print the held-out agreement of a distilled student with its teacher."""
+    held = report["held_out"]
+    console.print(
+        f"[bold]{kind}[/]: held-out agreement with the teacher over {held['items']} items "
+        f"({held['calls']} calls, {held['unparseable_calls']} unparseable): "
+        f"accuracy {_fmt(held['accuracy'])}, Cohen's kappa {_fmt(held['kappa'])}; "
+        f"report {out / 'agreement.json'}"
+    )
+    s = report.get("s")
+    if isinstance(s, dict):
+        console.print(
+            f"[bold]{kind}[/]: S on {s['compared']} of {s['questions']} held-out questions: teacher "
+            f"{_fmt(s['teacher']['mean'])} (total {_fmt(s['teacher']['total'])}), student "
+            f"{_fmt(s['student']['mean'])} (total {_fmt(s['student']['total'])}); per-question Pearson r "
+            f"{_fmt(s['pearson'])}"
+        )

@@ -34,7 +34,7 @@ def test_bad_settings_are_config_errors(kwargs: dict[str, object]) -> None:
 def test_train_help_lists_the_commands() -> None:
     out = CliRunner().invoke(app, ["train", "--help"])
     assert out.exit_code == 0
-    for name in ("sft", "dpo", "sft-dpo", "matcher"):
+    for name in ("sft", "dpo", "sft-dpo", "matcher", "judge"):
         assert name in out.output
 
 
@@ -46,6 +46,7 @@ def test_train_help_lists_the_commands() -> None:
         (["dpo", "--loss-type", "nope"], "--loss-type must be one of"),
         (["sft", "--instruction-role", "judge"], "--instruction-role must be"),
         (["matcher", "--run", "/nonexistent/run"], "not a run directory"),
+        (["judge", "--run", "/nonexistent/run"], "not a run directory"),
     ],
 )
 def test_bad_options_exit_2_before_loading_a_model(args: list[str], message: str, tmp_path: Path) -> None:

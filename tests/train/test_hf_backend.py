@@ -126,3 +126,105 @@ def test_run_hicupid_evaluates_a_trained_adapter_through_hf(tiny_llama: Path, tm
     base_manifest = json.loads((tmp_path / "base" / "manifest.json").read_text())
     tuned_manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
     assert base_manifest["identity_hash"] != tuned_manifest["identity_hash"]
+
+
+PROMPTS = [
+    [Message(role="user", content="Hi")],
+    [Message(role="user", content="What should I do this weekend? I like climbing and long walks.")],
+    [Message(role="system", content="Be brief."), Message(role="user", content="Any book to read?")],
+    [Message(role="user", content="Plan a trip for my family of four to the seaside next summer, please.")],
+    [Message(role="user", content="Hello again")],
+]
+
+
+def test_concurrent_calls_are_batched_with_the_same_greedy_outputs(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalign.llm.backends.hf import HFBackend
+
+    sizes: list[int] = []
+    original = HFBackend._call_batch
+
+    def spy(self: HFBackend, prompts: Any, config: GenerateConfig) -> Any:
+        sizes.append(len(prompts))
+        return original(self, prompts, config)
+
+    monkeypatch.setattr(HFBackend, "_call_batch", spy)
+
+    def replies(spec: str) -> list[Any]:
+        backend = build_backend(parse_model_spec(spec))
+
+        async def all_calls() -> list[Any]:
+            config = GenerateConfig(max_tokens=12)
+            return list(await asyncio.gather(*(backend.generate(p, config, timeout=60) for p in PROMPTS)))
+
+        return asyncio.run(all_calls())
+
+    one_by_one = replies(f"hf/{tiny_llama}?batch=1")
+    assert sizes == [1] * len(PROMPTS)
+    sizes.clear()
+    batched = replies(f"hf/{tiny_llama}?batch=4")
+    assert sizes == [4, 1]  # prompts of different lengths share a left-padded generate call
+    assert [r.text for r in batched] == [r.text for r in one_by_one]
+    assert [r.finish_reason for r in batched] == [r.finish_reason for r in one_by_one]
+    assert [r.usage for r in batched] == [r.usage for r in one_by_one]  # pads are not prompt tokens
+    assert len({r.usage.prompt_tokens for r in batched}) > 1
+
+
+def test_calls_with_different_settings_or_a_sampling_seed_are_not_batched_together(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalign.llm.backends.hf import HFBackend
+
+    sizes: list[int] = []
+    original = HFBackend._call_batch
+
+    def spy(self: HFBackend, prompts: Any, config: GenerateConfig) -> Any:
+        sizes.append(len(prompts))
+        return original(self, prompts, config)
+
+    monkeypatch.setattr(HFBackend, "_call_batch", spy)
+    backend = build_backend(parse_model_spec(f"hf/{tiny_llama}?batch=8"))
+    short, long = GenerateConfig(max_tokens=3), GenerateConfig(max_tokens=5)
+    seeded = GenerateConfig(max_tokens=3, temperature=0.7, seed=1)
+
+    async def calls() -> list[Any]:
+        jobs = [
+            backend.generate(p, c, timeout=60)
+            for p, c in zip(PROMPTS, [short, long, short, long, short], strict=True)
+        ]
+        jobs += [backend.generate(p, seeded, timeout=60) for p in PROMPTS[:2]]
+        return list(await asyncio.gather(*jobs))
+
+    out = asyncio.run(calls())
+    assert sorted(sizes) == [1, 1, 2, 3]
+    assert [r.usage.completion_tokens for r in out[:5]] == [3, 5, 3, 5, 3]
+
+
+def test_a_row_that_stopped_early_is_cut_at_its_end_of_turn_not_at_the_padding() -> None:
+    from personalign.llm.backends.hf import HFBackend
+
+    class Tok:
+        def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+            return " ".join(str(i) for i in ids if not (skip_special_tokens and i in (0, 2)))
+
+    config = GenerateConfig(max_tokens=6)
+    ended = HFBackend._response(Tok(), [5, 6, 0, 2, 2, 2], 7, {0}, config)
+    assert (ended.text, ended.finish_reason, ended.usage.completion_tokens) == ("5 6", "stop", 3)
+    cut = HFBackend._response(Tok(), [5, 6, 7, 8, 9, 4], 7, {0}, config)
+    assert (cut.finish_reason, cut.usage.completion_tokens) == ("length", 6)
+
+
+def test_a_bad_batch_option_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="batch"):
+        build_backend(parse_model_spec("hf/smollm2?batch=0"))
+    with pytest.raises(ConfigError, match="only apply to hf/"):
+        parse_model_spec("local/smollm2?batch=4")
+
+
+def test_hf_calls_wait_for_their_batch_without_the_http_timeout() -> None:
+    # a call's time includes the batch ahead of it: the HTTP default (120 s) would cut it off and retry
+    assert parse_model_spec("hf/smollm2").timeout == 3600.0
+    assert parse_model_spec("hf/smollm2").concurrency == 8
+    assert parse_model_spec("hf/smollm2?timeout=30").timeout == 30.0
+    assert parse_model_spec("openai/gpt-4o").timeout == 120.0

@@ -12,7 +12,8 @@ Syntax: ``provider/model[@base_url][?option=value&...]``
 - ``scripted/<name>``: a deterministic in-process model for tests and dry runs.
 - ``hf/<model-or-path>``: transformers in-process (``hf/smollm2`` = the bundled GGUF, dequantized);
   options ``adapter`` (a PEFT adapter directory, e.g. from ``personalign train``), ``device``,
-  ``dtype`` and ``gguf_file``. The adapter's weights hash is part of the model identity.
+  ``dtype``, ``gguf_file`` and ``batch`` (prompts per generate call, default 8). The adapter's
+  weights hash is part of the model identity.
 
 Options: ``key_env`` (name of the env var holding the key; the key itself is never part of
 a spec), ``concurrency`` (calls in flight; with adaptation, the ceiling), ``adaptive``
@@ -47,7 +48,11 @@ OPENAI_COMPATIBLE_HOSTS: dict[str, tuple[str, str]] = {
     "together": ("https://api.together.xyz/v1", "TOGETHER_API_KEY"),
 }
 PROVIDERS = (*OPENAI_COMPATIBLE_HOSTS, "openai-compat", "anthropic", "local", "scripted", "hf")
-DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8, "hf": 1}
+# hf/: 8 calls in flight, so the in-process backend can batch them into one generate call
+DEFAULT_CONCURRENCY = {"local": 1, "scripted": 64, "anthropic": 8, "hf": 8}
+# hf/: a call's time includes its wait for the batch ahead of it in the same process (no network to
+# fail), so a CPU batch of long replies must not be cut off and retried at the HTTP default.
+DEFAULT_TIMEOUT = {"hf": 3600.0}
 KNOWN_OPTIONS = {
     "key_env",
     "concurrency",
@@ -64,11 +69,12 @@ KNOWN_OPTIONS = {
     "device",
     "dtype",
     "gguf_file",
+    "batch",
     "adaptive",
     "rpm",
     "tpm",
 }
-HF_ONLY_OPTIONS = ("adapter", "device", "dtype", "gguf_file")
+HF_ONLY_OPTIONS = ("adapter", "device", "dtype", "gguf_file", "batch")
 # Options that change what the model writes: part of the cache key and of run identities
 # (``adapter_sha`` is computed from an hf/ adapter's weights, never typed).
 OUTPUT_OPTIONS = ("reasoning_effort", "system_role", "thinking_budget", "adapter_sha", "dtype", "gguf_file")
@@ -215,7 +221,7 @@ def parse_model_spec(text: str) -> ModelSpec:
         raise ConfigError(f"{text!r}: reasoning_param must be one of {sorted(REASONING_PARAMS)}")
     try:
         concurrency = int(options.get("concurrency", DEFAULT_CONCURRENCY.get(provider, 16)))
-        timeout = float(options.get("timeout", 120.0))
+        timeout = float(options.get("timeout", DEFAULT_TIMEOUT.get(provider, 120.0)))
         max_retries = int(options.get("max_retries", 4))
     except ValueError as exc:
         raise ConfigError(f"{text!r}: bad numeric option ({exc})") from None

@@ -91,43 +91,47 @@ def train_matcher(
 ) -> dict[str, object]:
     """SFT a student on the run's matcher calls (train part), then report its agreement with the
     teacher on the held-out instances; written to ``out/agreement.json``."""
-    import json
+    from personalign.train.distil import distil
+    from personalign.train.matcher import matcher_items, parse_labels
 
-    from personalign.errors import ConfigError
-    from personalign.train.matcher import agreement_report, held_out, matcher_items, student_replies
-
-    if not 0 < held_out_fraction < 1:
-        raise ConfigError("--held-out must be between 0 and 1")
-    items = matcher_items(run_dir, data)
-    train_items = [i for i in items if not held_out(i.instance_id, held_out_fraction, seed)]
-    test_items = [i for i in items if held_out(i.instance_id, held_out_fraction, seed)]
-    if not train_items or not test_items:
-        raise ConfigError(
-            f"{run_dir}: {len(items)} matcher calls give {len(train_items)} to train on and "
-            f"{len(test_items)} held out; both must be non-empty (change --held-out)"
-        )
-    result = train_stage(
+    return distil(
+        matcher_items(run_dir, data),
         base,
-        [i.example() for i in train_items],
         out,
-        replace(settings, kind="sft"),
-        data_source=str(run_dir),
+        settings,
+        source=str(run_dir),
+        parse=parse_labels(),
+        held_out_fraction=held_out_fraction,
+        max_tokens=max_tokens,
+        seed=seed,
     )
-    replies = student_replies(f"hf/{base}?adapter={result.adapter}", test_items, max_tokens)
-    report: dict[str, object] = {
-        "run": str(run_dir),
-        "train_calls": len(train_items),
-        "held_out": agreement_report(test_items, replies),
-        "losses": result.losses,
-    }
-    (out / "agreement.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    with (out / "held_out_replies.jsonl").open("w", encoding="utf-8") as fh:
-        for item, reply in zip(test_items, replies, strict=True):
-            row = {
-                "instance_id": item.instance_id,
-                "step": item.step,
-                "teacher": item.labels,
-                "student": reply,
-            }
-            fh.write(json.dumps(row) + "\n")
-    return report
+
+
+def train_judge(
+    run_dir: Path,
+    base: str,
+    out: Path,
+    settings: TrainSettings,
+    *,
+    held_out_fraction: float = 0.25,
+    data: str | None = None,
+    max_tokens: int = 512,
+    seed: int = 0,
+) -> dict[str, object]:
+    """SFT a student on the HiCUPID run's judge calls (train part), then report its verdict
+    agreement with the teacher and the S it gives on the held-out questions (``out/agreement.json``)."""
+    from personalign.train.distil import distil
+    from personalign.train.judge import judge_items, parse_verdict, score_report
+
+    return distil(
+        judge_items(run_dir, data),
+        base,
+        out,
+        settings,
+        source=str(run_dir),
+        parse=parse_verdict,
+        held_out_fraction=held_out_fraction,
+        max_tokens=max_tokens,
+        seed=seed,
+        extra=score_report,
+    )

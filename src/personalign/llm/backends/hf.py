@@ -5,7 +5,10 @@
 (LoRA) adapter, e.g. one written by ``personalign train``; an adapter trained on top of another
 merged one (``sft-dpo``) names its parent in ``personalign_chain.json`` and the parent is merged
 first. Decoding is greedy at temperature 0; ``finish_reason`` is ``length`` when the reply used
-all ``max_tokens``. Calls run one at a time in a worker thread (the model is not thread-safe).
+all ``max_tokens``. Calls in flight together with the same settings are batched (``batch``, default
+8, prompts per generate call; left padding), in a worker thread one batch at a time (the model is
+not thread-safe); greedy outputs are the same as one prompt at a time. Seeded sampling is never
+batched, so a seed gives the same reply whatever else is in flight.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ from personalign.types import Message
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+DEFAULT_BATCH = 8
 
 _LOADED: dict[str, tuple[Any, Any]] = {}
 _LOADED_LOCK = threading.Lock()
@@ -147,6 +152,16 @@ class HFBackend:
         self.dtype = spec.options.get("dtype", "float32")
         self.gguf_file = spec.options.get("gguf_file")
         torch_dtype(self.dtype)
+        try:
+            self.batch = int(spec.options.get("batch", DEFAULT_BATCH))
+        except ValueError:
+            self.batch = 0
+        if self.batch < 1:
+            raise ConfigError(
+                f"{spec.label}: batch must be a whole number >= 1, not {spec.options['batch']!r}"
+            )
+        self._pending: list[_Request] = []
+        self._drainer: asyncio.Task[None] | None = None
         if self.adapter:
             adapter_chain(self.adapter)  # fail before the first call when it is not an adapter
         self._lock = threading.Lock()
@@ -169,14 +184,26 @@ class HFBackend:
             return _LOADED[key]
 
     def _call(self, messages: Sequence[Message], config: GenerateConfig) -> BackendResponse:
+        """One prompt (a batch of one)."""
+        return self._call_batch([messages], config)[0]
+
+    def _call_batch(
+        self, prompts: Sequence[Sequence[Message]], config: GenerateConfig
+    ) -> list[BackendResponse]:
+        """One generate call over ``prompts`` (left-padded), one response each."""
         if config.reasoning:
             raise ModelCallError(f"{self.spec.label}: cannot turn reasoning on", retryable=False)
         import torch
 
         tokenizer, model = self._loaded()
-        chat = [{"role": m.role, "content": m.content} for m in messages]
-        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        encoded = tokenizer(text, add_special_tokens=False, return_tensors="pt").to(self.device)
+        texts = [
+            tokenizer.apply_chat_template(
+                [{"role": m.role, "content": m.content} for m in messages],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+            for messages in prompts
+        ]
         kwargs: dict[str, Any] = {"max_new_tokens": config.max_tokens, "pad_token_id": tokenizer.pad_token_id}
         if config.temperature > 0:
             kwargs.update(do_sample=True, temperature=config.temperature)
@@ -187,10 +214,30 @@ class HFBackend:
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with self._lock, torch.no_grad():
+            side = tokenizer.padding_side
+            tokenizer.padding_side = "left"  # new tokens follow every prompt directly
+            try:
+                encoded = tokenizer(texts, add_special_tokens=False, return_tensors="pt", padding=True)
+            finally:
+                tokenizer.padding_side = side
+            encoded = encoded.to(self.device)
             output = model.generate(**encoded, **kwargs)
-        new = output[0][encoded["input_ids"].shape[1] :].tolist()
+        width = encoded["input_ids"].shape[1]
         stop_ids = _stop_ids(tokenizer, model)
-        ended = bool(new) and new[-1] in stop_ids
+        return [
+            self._response(tokenizer, output[row][width:].tolist(), int(mask.sum()), stop_ids, config)
+            for row, mask in enumerate(encoded["attention_mask"])
+        ]
+
+    @staticmethod
+    def _response(
+        tokenizer: Any, new: list[int], prompt_tokens: int, stop_ids: set[int], config: GenerateConfig
+    ) -> BackendResponse:
+        # a row that stopped early is padded up to the longest row: cut after its first stop token
+        ends = [i for i, tok in enumerate(new) if tok in stop_ids]
+        if ends:
+            new = new[: ends[0] + 1]
+        ended = bool(ends)
         reply = tokenizer.decode(new, skip_special_tokens=True)
         finish = "stop" if ended or len(new) < config.max_tokens else "length"
         for stop in config.stop or ():
@@ -198,7 +245,7 @@ class HFBackend:
                 reply, finish = reply.split(stop, 1)[0], "stop"
         return BackendResponse(
             text=reply,
-            usage=Usage(prompt_tokens=int(encoded["input_ids"].shape[1]), completion_tokens=len(new)),
+            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=len(new)),
             finish_reason=finish,  # type: ignore[arg-type]
             raw={"finish_reason": finish},
         )
@@ -206,10 +253,51 @@ class HFBackend:
     async def generate(
         self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
     ) -> BackendResponse:
-        return await asyncio.to_thread(self._call, messages, config)
+        """Queue the call; calls queued together with the same settings share a generate call."""
+        loop = asyncio.get_running_loop()
+        request = _Request(list(messages), config, loop.create_future())
+        self._pending.append(request)
+        drainer = self._drainer
+        if drainer is None or drainer.done() or drainer.get_loop() is not loop:
+            self._drainer = loop.create_task(self._drain())
+        return await request.future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(0)  # let the calls started together queue up
+            self._pending = [r for r in self._pending if not r.future.done()]  # drop cancelled calls
+            mine = [r for r in self._pending if r.future.get_loop() is loop and not r.future.done()]
+            if not mine:
+                return
+            first = mine[0]
+            batchable = first.config.temperature == 0 or first.config.seed is None
+            size = self.batch if batchable else 1
+            batch = [r for r in mine if r.config == first.config][:size]
+            for r in batch:
+                self._pending.remove(r)
+            try:
+                responses = await asyncio.to_thread(
+                    self._call_batch, [r.messages for r in batch], first.config
+                )
+            except Exception as exc:  # every caller of the batch gets the error
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                continue
+            for r, response in zip(batch, responses, strict=True):
+                if not r.future.done():
+                    r.future.set_result(response)
 
     async def aclose(self) -> None:
         return None
+
+
+@dataclass
+class _Request:
+    messages: list[Message]
+    config: GenerateConfig
+    future: asyncio.Future[BackendResponse]
 
 
 def _stop_ids(tokenizer: Any, model: Any) -> set[int]:
