@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from personalign.llm.backends.llama_local import (
     common_prefix,
 )
 from personalign.llm.types import GenerateConfig
+from tests.support.models import bundled_model_or_skip
 
 # --- a fake llama.cpp context: one token per character -------------------------------------
 
@@ -221,20 +221,12 @@ REVIEWS = [
 ]
 
 
-def _bundled_model_or_skip() -> Path:
-    pytest.importorskip("llama_cpp")
-    try:
-        return llama_local.resolve_model_path("smollm2")
-    except Exception as exc:  # the bundled model is an optional install
-        pytest.skip(f"bundled model unavailable: {exc}")
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_restored_prefix_gives_the_same_greedy_output_as_a_cold_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    path = _bundled_model_or_skip()
+    path = bundled_model_or_skip()
     monkeypatch.setattr(llama_local, "_MODELS", {})
     monkeypatch.setenv("PERSONALIGN_LLAMA_N_CTX", "1024")
     from personalign.llm.spec import parse_model_spec

@@ -3,14 +3,13 @@ are token for token those of llama-cpp-python's whole-vocabulary chain."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from personalign.llm.backends import llama_local
 from personalign.llm.backends.llama_sampling import check_first_applies, first_max
+from tests.support.models import bundled_model_or_skip
 
 NEUTRAL: dict[str, Any] = {
     "grammar": object(),
@@ -46,14 +45,6 @@ def test_ties_go_to_the_lowest_token_id_as_in_llama_cpps_greedy_sampler() -> Non
     assert first_max(logits) == 1
     logits[1] = -np.inf  # the grammar rejected it: the next of the tied maxima wins
     assert first_max(logits) == 3
-
-
-def _bundled_model_or_skip() -> Path:
-    pytest.importorskip("llama_cpp")
-    try:
-        return llama_local.resolve_model_path("smollm2")
-    except Exception as exc:  # the bundled model is an optional install
-        pytest.skip(f"bundled model unavailable: {exc}")
 
 
 LABELS = ["Fully Covered", "Partially Covered", "Not Covered"]
@@ -96,7 +87,7 @@ PROMPTS = [
 def test_check_first_gives_the_whole_vocabulary_chains_replies_token_for_token(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    path = _bundled_model_or_skip()
+    path = bundled_model_or_skip()
     from personalign.llm.backends.llama_sampling import fast_llama_class
 
     llm = fast_llama_class()(model_path=str(path), n_ctx=1024, n_threads=1, n_threads_batch=1, verbose=False)

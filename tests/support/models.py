@@ -37,3 +37,17 @@ def run(factory: ModelFactory, coro: Coroutine[Any, Any, T]) -> T:
     finally:
         assert factory.cache is not None
         factory.cache.close()
+
+
+def bundled_model_or_skip() -> Path:
+    """The bundled SmolLM2 GGUF's path; the test is skipped where llama-cpp-python or the model
+    package (the optional `local` install) is missing."""
+    import pytest
+
+    from personalign.llm.backends import llama_local
+
+    pytest.importorskip("llama_cpp")
+    try:
+        return llama_local.resolve_model_path("smollm2")
+    except Exception as exc:  # the bundled model is an optional install
+        pytest.skip(f"bundled model unavailable: {exc}")
