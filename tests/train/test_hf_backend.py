@@ -137,9 +137,8 @@ PROMPTS = [
 ]
 
 
-def test_concurrent_calls_are_batched_with_the_same_greedy_outputs(
-    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every batched generate call the `hf/` backend makes from now on."""
     from personalign.llm.backends.hf import HFBackend
 
     sizes: list[int] = []
@@ -150,6 +149,13 @@ def test_concurrent_calls_are_batched_with_the_same_greedy_outputs(
         return original(self, prompts, config)
 
     monkeypatch.setattr(HFBackend, "_call_batch", spy)
+    return sizes
+
+
+def test_concurrent_calls_are_batched_with_the_same_greedy_outputs(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = _batch_sizes(monkeypatch)
 
     def replies(spec: str) -> list[Any]:
         backend = build_backend(parse_model_spec(spec))
@@ -174,16 +180,7 @@ def test_concurrent_calls_are_batched_with_the_same_greedy_outputs(
 def test_calls_with_different_settings_or_a_sampling_seed_are_not_batched_together(
     tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from personalign.llm.backends.hf import HFBackend
-
-    sizes: list[int] = []
-    original = HFBackend._call_batch
-
-    def spy(self: HFBackend, prompts: Any, config: GenerateConfig) -> Any:
-        sizes.append(len(prompts))
-        return original(self, prompts, config)
-
-    monkeypatch.setattr(HFBackend, "_call_batch", spy)
+    sizes = _batch_sizes(monkeypatch)
     backend = build_backend(parse_model_spec(f"hf/{tiny_llama}?batch=8"))
     short, long = GenerateConfig(max_tokens=3), GenerateConfig(max_tokens=5)
     seeded = GenerateConfig(max_tokens=3, temperature=0.7, seed=1)
