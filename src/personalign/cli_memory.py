@@ -59,7 +59,11 @@ def register(app: typer.Typer, run_app: typer.Typer) -> None:
             typer.Option("--k", help="Sessions retrieved per request (default: the benchmark's own)."),
         ] = None,
         embedder: Annotated[
-            str, typer.Option(help="Dense embedder: minilm (offline default), hash, st:<name>.")
+            str,
+            typer.Option(
+                help="Dense embedder: minilm (offline default), static (fast, distilled; static extra), "
+                "hash, st:<name>."
+            ),
         ] = "minilm",
         method: Annotated[
             list[str] | None,

