@@ -17,13 +17,12 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.benchpres.schema import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 from personalign.benchmarks.benchpres.steps import summarize
-from personalign.errors import ConfigError
 from personalign.redact import safe
 from personalign.report.figures import save_figure
 from personalign.report.plots import inline_svg
 from personalign.report.sections import Figure, Section, plot_svg
 from personalign.report.tables import NA, Cell, Table, write_tables
-from personalign.runs.store import RunDir
+from personalign.runs.store import RunDir, load_run_summary
 
 CATEGORIES = (*PREFERENCE_CATEGORIES, "other")
 
@@ -33,15 +32,13 @@ def benchmark_of(path: Path) -> str:
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    run = RunDir(path)
-    manifest = run.read_manifest()
-    if manifest.get("benchmark") != "benchpres":
-        raise ConfigError(f"{path}: not a BenchPreS run")
-    summary = run.read_summary()
-    if summary is None:  # an interrupted run: compute from what was saved
-        summary = summarize(run.records().values(), seed=int(manifest.get("seed", 0)))
-        summary["status"] = "interrupted"
-    return manifest, summary
+    """A BenchPreS run's manifest and summary (computed from its records when it was interrupted)."""
+    return load_run_summary(
+        path,
+        "benchpres",
+        "BenchPreS",
+        lambda manifest, records: summarize(records, seed=int(manifest.get("seed", 0))),
+    )
 
 
 @dataclass

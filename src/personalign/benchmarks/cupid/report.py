@@ -9,7 +9,7 @@ different protocols are never merged into one row: each row then carries a ``[pa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,32 +17,30 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from personalign.benchmarks.cupid.config import CupidConfig
-from personalign.errors import ConfigError
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
 from personalign.report.plots import Series, grouped_bars
 from personalign.report.sections import Figure, Section, ci_pair
 from personalign.report.tables import NA, Cell, Table, write_tables
-from personalign.runs.store import RunDir
+from personalign.runs.records import InstanceRecord
+from personalign.runs.store import load_run_summary
 
 TYPES = ("consistent", "contrastive", "changing")
 BASE_CONTEXTS = ("full", "summaries", "memory")  # each gets its own row with per-type columns
 
 
-def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    run = RunDir(path)
-    manifest = run.read_manifest()
-    if manifest.get("benchmark") != "cupid":
-        raise ConfigError(f"{path}: not a CUPID run")
-    summary = run.read_summary()
-    if summary is None:  # an interrupted run: compute from what was saved
-        # imported here for start-up speed: steps loads numpy, which printing a finished run never needs
-        from personalign.benchmarks.cupid.steps import summarize
+def _summarize_interrupted(manifest: dict[str, Any], records: Iterable[InstanceRecord]) -> dict[str, Any]:
+    """The summary of an interrupted CUPID run, from the records it saved."""
+    # imported here for start-up speed: steps loads numpy, which printing a finished run never needs
+    from personalign.benchmarks.cupid.steps import summarize
 
-        config = CupidConfig(**manifest["config"])
-        summary = summarize(run.records().values(), config.tasks, seed=int(manifest.get("seed", 0)))
-        summary["status"] = "interrupted"
-    return manifest, summary
+    config = CupidConfig(**manifest["config"])
+    return summarize(records, config.tasks, seed=int(manifest.get("seed", 0)))
+
+
+def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A CUPID run's manifest and summary (computed from its records when it was interrupted)."""
+    return load_run_summary(path, "cupid", "CUPID", _summarize_interrupted)
 
 
 def _row_name(manifest: dict[str, Any]) -> str:

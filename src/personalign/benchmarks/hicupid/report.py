@@ -16,14 +16,13 @@ from rich.table import Table as RichTable
 
 from personalign.benchmarks.hicupid.context import is_retrieval
 from personalign.benchmarks.hicupid.steps import TASK, summarize
-from personalign.errors import ConfigError
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
 from personalign.report.plots import Series, grouped_bars
 from personalign.report.sections import Figure, Section, ci_pair
 from personalign.report.tables import NA, Cell, Table
 from personalign.retrieval.dense import DEFAULT_EMBEDDER
-from personalign.runs.store import RunDir
+from personalign.runs.store import load_run_summary
 
 SPLIT_TITLES = {
     "test_1": "Table 3: Test Set 1 (seen users, unseen questions)",
@@ -34,15 +33,13 @@ TYPE_COLUMNS = {"persona": "Persona", "schedule": "Schedule", "profile": "Multi-
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    run = RunDir(path)
-    manifest = run.read_manifest()
-    if manifest.get("benchmark") != "hicupid":
-        raise ConfigError(f"{path}: not a HiCUPID run")
-    summary = run.read_summary()
-    if summary is None:  # an interrupted run: compute from what was saved
-        summary = summarize(run.records().values(), seed=int(manifest.get("seed", 0)))
-        summary["status"] = "interrupted"
-    return manifest, summary
+    """A HiCUPID run's manifest and summary (computed from its records when it was interrupted)."""
+    return load_run_summary(
+        path,
+        "hicupid",
+        "HiCUPID",
+        lambda manifest, records: summarize(records, seed=int(manifest.get("seed", 0))),
+    )
 
 
 def _method(manifest: dict[str, Any]) -> str:
