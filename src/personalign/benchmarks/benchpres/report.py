@@ -19,8 +19,7 @@ from personalign.benchmarks.benchpres.schema import BENCHPRES_DOMAINS, PREFERENC
 from personalign.benchmarks.benchpres.steps import summarize
 from personalign.redact import safe
 from personalign.report.figures import save_figure
-from personalign.report.plots import inline_svg
-from personalign.report.sections import Figure, Section, plot_svg
+from personalign.report.sections import Section, benchmark_section, plot_figure
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir, load_run_summary
 
@@ -338,17 +337,14 @@ def html_section(paths: Sequence[Path]) -> Section:
     """This benchmark's part of the HTML report (`personalign report --html`): the tables of
     `build_report` and its plot (the spec's `html_section` hook)."""
     built = build_report(paths)
-    section = Section("benchpres", "BenchPreS", [t for t in built.tables.values() if t.rows])
+    figure = None
     if built.points:
-        svg = plot_svg(lambda out: plot_scatter(built.points, out))
-        section.figures.append(
-            Figure(
-                "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
-                "one point per run, with 95% CIs",
-                "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
-                "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
-                "numbers are in the main table.",
-                inline_svg(svg),
-            )
+        figure = plot_figure(
+            lambda out: plot_scatter(built.points, out),
+            "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
+            "one point per run, with 95% CIs",
+            "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
+            "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
+            "numbers are in the main table.",
         )
-    return section
+    return benchmark_section("benchpres", "BenchPreS", built.tables.values(), figure)

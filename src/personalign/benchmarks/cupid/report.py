@@ -20,7 +20,7 @@ from personalign.benchmarks.cupid.config import CupidConfig
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
 from personalign.report.plots import Series, grouped_bars
-from personalign.report.sections import Figure, Section, ci_pair
+from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.records import InstanceRecord
 from personalign.runs.store import load_run_summary
@@ -191,7 +191,6 @@ def html_section(paths: Sequence[Path]) -> Section:
     """This benchmark's part of the HTML report (`personalign report --html`): the tables of
     `build_report` and its plot (the spec's `html_section` hook)."""
     tables = build_report(paths)
-    section = Section("cupid", "CUPID", [t for t in tables.values() if t.rows])
     metrics = ("precision", "recall", "f1")
     groups = ["All", *(t.capitalize() for t in TYPES)]
     series: list[Series] = []
@@ -208,15 +207,14 @@ def html_section(paths: Sequence[Path]) -> Section:
             cis = [ci_pair(b.get(f"{metric}_ci"), 100.0) for b in blocks]
             short = {"precision": "P", "recall": "R", "f1": "F1"}[metric]
             series.append(Series(f"{subject} ({context}) {short}", values, cis))
+    figure = None
     if series:
-        section.figures.append(
-            Figure(
-                "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% "
-                "bootstrap CIs",
-                "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
-                "the consistent, contrastive and changing instance types, one bar group per run and "
-                "context; the same numbers are in Table 1.",
-                grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100)),
-            )
+        figure = Figure(
+            "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% "
+            "bootstrap CIs",
+            "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
+            "the consistent, contrastive and changing instance types, one bar group per run and "
+            "context; the same numbers are in Table 1.",
+            grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100)),
         )
-    return section
+    return benchmark_section("cupid", "CUPID", tables.values(), figure)

@@ -19,7 +19,7 @@ from personalign.benchmarks.hicupid.steps import TASK, summarize
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
 from personalign.report.plots import Series, grouped_bars
-from personalign.report.sections import Figure, Section, ci_pair
+from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table
 from personalign.retrieval.dense import DEFAULT_EMBEDDER
 from personalign.runs.store import load_run_summary
@@ -252,7 +252,6 @@ def html_section(paths: Sequence[Path]) -> Section:
     """This benchmark's part of the HTML report (`personalign report --html`): the tables of
     `build_report` and its plot (the spec's `html_section` hook)."""
     tables = build_report(paths)
-    section = Section("hicupid", "HiCUPID", [t for t in tables.values() if t.rows])
     kinds = list(TYPE_COLUMNS)
     groups = [*TYPE_COLUMNS.values(), "Total"]
     series: list[Series] = []
@@ -270,14 +269,13 @@ def html_section(paths: Sequence[Path]) -> Section:
         values.append(None if total is None else 100 * total)
         cis.append(None)
         series.append(Series(row_name(manifest), values, cis))
+    figure = None
     if series:
-        section.figures.append(
-            Figure(
-                "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type",
-                "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
-                "multi-info questions and the total, one bar per run; the same numbers are in the "
-                "tables above.",
-                grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100)),
-            )
+        figure = Figure(
+            "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type",
+            "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
+            "multi-info questions and the total, one bar per run; the same numbers are in the "
+            "tables above.",
+            grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100)),
         )
-    return section
+    return benchmark_section("hicupid", "HiCUPID", tables.values(), figure)

@@ -14,8 +14,7 @@ from rich.table import Table as RichTable
 from personalign.errors import ConfigError
 from personalign.redact import safe
 from personalign.report.figures import save_figure
-from personalign.report.plots import inline_svg
-from personalign.report.sections import Figure, Section, plot_svg
+from personalign.report.sections import Section, benchmark_section, plot_figure
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
@@ -196,16 +195,13 @@ def html_section(paths: Sequence[Path]) -> Section:
     """This benchmark's part of the HTML report (`personalign report --html`): the tables of
     `build_report` and its plot (the spec's `html_section` hook)."""
     built = build_report(paths)
-    section = Section("prefeval", "PrefEval", [t for t in built.tables.values() if t.rows])
+    figure = None
     if built.curves:
-        svg = plot_svg(lambda out: plot_turns(built.curves, out))
-        section.figures.append(
-            Figure(
-                "PrefEval: preference-following accuracy against the number of distractor turns, "
-                "one line per run, with 95% CIs",
-                "Line plot with the distractor turns between the preference and the question on the "
-                "x axis and accuracy in percent on the y axis; the same numbers are in the tables.",
-                inline_svg(svg),
-            )
+        figure = plot_figure(
+            lambda out: plot_turns(built.curves, out),
+            "PrefEval: preference-following accuracy against the number of distractor turns, "
+            "one line per run, with 95% CIs",
+            "Line plot with the distractor turns between the preference and the question on the "
+            "x axis and accuracy in percent on the y axis; the same numbers are in the tables.",
         )
-    return section
+    return benchmark_section("prefeval", "PrefEval", built.tables.values(), figure)
