@@ -18,6 +18,7 @@ from rich.table import Table as RichTable
 from personalign.benchmarks.benchpres.schema import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 from personalign.benchmarks.benchpres.steps import summarize
 from personalign.redact import safe
+from personalign.report.console import print_run_footer
 from personalign.report.figures import save_figure
 from personalign.report.sections import Section, benchmark_section, plot_figure
 from personalign.report.tables import NA, Cell, Table, write_tables
@@ -319,18 +320,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             f"over {selection['n_decisions']} decisions in {selection['n_rows']} rows · "
             f"{selection['n_decision_errors']} judge errors, {selection['n_rows_failed']} rows failed"
         )
-    usage = summary["usage"]
-    reasoning = usage.get("reasoning_tokens") or 0
-    console.print(
-        f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
-        f"tokens {usage['tokens']:,}"
-        + (f" ({reasoning:,} reasoning)" if reasoning else "")
-        + f" · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
-    )
-    for warning in summary.get("warnings", []):
-        console.print(f"[yellow]warning: {safe(warning)}[/]")
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+    print_run_footer(console, summary, run_dir, reasoning=True, warnings=True)
 
 
 def html_section(paths: Sequence[Path]) -> Section:

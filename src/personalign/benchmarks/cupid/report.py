@@ -19,6 +19,7 @@ from rich.table import Table as RichTable
 from personalign.benchmarks.cupid.config import CupidConfig
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
+from personalign.report.console import print_run_footer
 from personalign.report.plots import Series, grouped_bars
 from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table, write_tables
@@ -178,13 +179,7 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             errors = str(block["n_errors"]) if name == "all" else ""
             table.add_row(f"{task} · {name}", str(n), errors, value)
     console.print(table)
-    usage = summary["usage"]
-    console.print(
-        f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
-        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
-    )
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+    print_run_footer(console, summary, run_dir)
 
 
 def html_section(paths: Sequence[Path]) -> Section:

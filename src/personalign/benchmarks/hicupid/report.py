@@ -18,6 +18,7 @@ from personalign.benchmarks.hicupid.context import is_retrieval
 from personalign.benchmarks.hicupid.steps import TASK, summarize
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
+from personalign.report.console import print_run_footer
 from personalign.report.plots import Series, grouped_bars
 from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table
@@ -235,17 +236,11 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
         console.print(
             f"order flips: {pct(overall['flip_rate'])}% of {overall['n_both_orders']} A/B questions"
         )
-    usage = summary["usage"]
-    console.print(
-        f"status {summary['status']} · errors {block['n_errors']} · calls {usage['calls']} · cache hits "
-        f"{usage['cache_hits']} · tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · "
-        f"results in {safe(run_dir)}"
-    )
+    notes = []
     if block["n_errors"]:
         first = next(iter(block["errors"].items()))
-        console.print(f"[yellow]first error: {safe(first[0])}: {safe(first[1][:300])}[/]")
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+        notes.append(f"first error: {safe(first[0])}: {safe(first[1][:300])}")
+    print_run_footer(console, summary, run_dir, counts=f"errors {block['n_errors']}", notes=notes)
 
 
 def html_section(paths: Sequence[Path]) -> Section:

@@ -13,6 +13,7 @@ from rich.table import Table as RichTable
 
 from personalign.errors import ConfigError
 from personalign.redact import safe
+from personalign.report.console import print_run_footer
 from personalign.report.figures import save_figure
 from personalign.report.sections import Section, benchmark_section, plot_figure
 from personalign.report.tables import NA, Cell, Table, write_tables
@@ -181,14 +182,8 @@ def print_run_summary(summary: Mapping[str, Any], run_dir: Path, console: Consol
     for name, block in groups:
         table.add_row(safe(name), *fmt(block))
     console.print(table)
-    usage = summary["usage"]
-    console.print(
-        f"status {summary['status']} · {summary['n_scored']} scored, {summary['n_errors']} errors · "
-        f"calls {usage['calls']} · cache hits {usage['cache_hits']} · cost ${usage['cost_usd']:.4f} · "
-        f"results in {safe(run_dir)}"
-    )
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+    counts = f"{summary['n_scored']} scored, {summary['n_errors']} errors"
+    print_run_footer(console, summary, run_dir, counts=counts, tokens=False)
 
 
 def html_section(paths: Sequence[Path]) -> Section:
