@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from personalign.report.console import print_run_footer, usage_line
+from personalign.report.console import print_run_footer, run_table, usage_line
 
 USAGE = {"calls": 12, "cache_hits": 3, "tokens": 45678, "reasoning_tokens": 900, "cost_usd": 0.01234}
 
@@ -44,3 +44,16 @@ def test_footer_hides_warnings_unless_asked() -> None:
     console = Console(record=True, width=300)
     print_run_footer(console, _summary(warnings=["w"]), Path("r"))
     assert "warning" not in console.export_text()
+
+
+def test_run_table_title_and_columns() -> None:
+    summary = _summary(models={"subject": "m[bold]x"}, protocol="paper")
+    table = run_table("HiCUPID", summary, "zero-shot", "context full", columns=("split", "n"))
+    assert [c.header for c in table.columns] == ["split", "n"]
+    # the subject's markup is escaped, so the console shows it as written
+    assert table.title == "HiCUPID · m\\[bold]x · zero-shot · context full · protocol paper"
+
+
+def test_run_table_protocol_defaults_to_personalign() -> None:
+    table = run_table("CUPID", _summary(models={"subject": "s"}))
+    assert str(table.title).endswith("CUPID · s · protocol personalign")

@@ -10,7 +10,7 @@ import pytest
 
 from personalign.errors import ConfigError
 from personalign.runs.records import InstanceRecord
-from personalign.runs.store import RunDir, load_run_summary
+from personalign.runs.store import RunDir, load_run_summary, run_seed
 
 
 def _count(manifest: dict[str, Any], records: Iterable[InstanceRecord]) -> dict[str, Any]:
@@ -39,3 +39,8 @@ def test_run_of_another_benchmark_is_refused_with_its_path(tmp_path: Path) -> No
     RunDir(tmp_path).write_manifest({"benchmark": "cupid"})
     with pytest.raises(ConfigError, match=rf"{tmp_path}: not a BenchPreS run"):
         load_run_summary(tmp_path, "benchpres", "BenchPreS", _count)
+
+
+def test_run_seed_reads_the_manifest_seed_or_zero() -> None:
+    assert run_seed({"seed": "42"}) == 42
+    assert run_seed({}) == 0

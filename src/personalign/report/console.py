@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 from personalign.redact import safe
 
@@ -52,3 +53,16 @@ def print_run_footer(
             console.print(f"[yellow]warning: {safe(warning)}[/]")
     if summary.get("notice"):
         console.print(f"[yellow]{summary['notice']}[/]")
+
+
+def run_table(
+    benchmark: str, summary: Mapping[str, Any], *details: str, columns: Sequence[str] = ()
+) -> Table:
+    """The console table of one run, titled `benchmark · subject · details · protocol P` (made safe
+    for the terminal), with `columns` added."""
+    protocol = summary.get("protocol", "personalign")
+    title = " · ".join([benchmark, str(summary["models"]["subject"]), *details, f"protocol {protocol}"])
+    table = Table(title=safe(title))
+    for column in columns:
+        table.add_column(column)
+    return table

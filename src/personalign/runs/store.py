@@ -12,7 +12,7 @@ import fcntl
 import json
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -228,6 +228,11 @@ class RunDir:
                 ) from None
             latest[record.instance_id] = record
         return latest
+
+
+def run_seed(manifest: Mapping[str, Any]) -> int:
+    """The seed a run's manifest records (0 when absent): its bootstrap CIs are recomputed with it."""
+    return int(manifest.get("seed", 0))
 
 
 def load_run_summary(

@@ -13,16 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from personalign.benchmarks.benchpres.schema import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 from personalign.benchmarks.benchpres.steps import summarize
 from personalign.redact import safe
-from personalign.report.console import print_run_footer
+from personalign.report.console import print_run_footer, run_table
 from personalign.report.figures import save_figure
 from personalign.report.sections import Section, benchmark_section, plot_figure
 from personalign.report.tables import NA, Cell, Table, write_tables
-from personalign.runs.store import RunDir, load_run_summary
+from personalign.runs.store import RunDir, load_run_summary, run_seed
 
 CATEGORIES = (*PREFERENCE_CATEGORIES, "other")
 
@@ -33,12 +32,7 @@ def benchmark_of(path: Path) -> str:
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A BenchPreS run's manifest and summary (computed from its records when it was interrupted)."""
-    return load_run_summary(
-        path,
-        "benchpres",
-        "BenchPreS",
-        lambda manifest, records: summarize(records, seed=int(manifest.get("seed", 0))),
-    )
+    return load_run_summary(path, "benchpres", "BenchPreS", lambda m, rs: summarize(rs, seed=run_seed(m)))
 
 
 @dataclass
@@ -278,14 +272,8 @@ def write_report(report: BenchPresReport, out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    protocol = summary.get("protocol", "personalign")
-    table = RichTable(
-        title=safe(
-            f"BenchPreS · {summary['models']['subject']} · {summary['condition']} · protocol {protocol}"
-        )
-    )
-    for column in ("", "MR %", "AAR %", "selectivity %", "n suppress / apply"):
-        table.add_column(column)
+    columns = ("", "MR %", "AAR %", "selectivity %", "n suppress / apply")
+    table = run_table("BenchPreS", summary, summary["condition"], columns=columns)
 
     def fmt(value: Any) -> str:
         return NA if value is None else f"{100 * value:.1f}"
@@ -323,18 +311,22 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     print_run_footer(console, summary, run_dir, reasoning=True, warnings=True)
 
 
+SCATTER_CAPTION = (
+    "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
+    "one point per run, with 95% CIs"
+)
+SCATTER_ALT = (
+    "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
+    "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
+    "numbers are in the main table."
+)
+
+
 def html_section(paths: Sequence[Path]) -> Section:
     """This benchmark's part of the HTML report (`personalign report --html`): the tables of
     `build_report` and its plot (the spec's `html_section` hook)."""
     built = build_report(paths)
     figure = None
     if built.points:
-        figure = plot_figure(
-            lambda out: plot_scatter(built.points, out),
-            "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
-            "one point per run, with 95% CIs",
-            "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
-            "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
-            "numbers are in the main table.",
-        )
+        figure = plot_figure(lambda out: plot_scatter(built.points, out), SCATTER_CAPTION, SCATTER_ALT)
     return benchmark_section("benchpres", "BenchPreS", built.tables.values(), figure)

@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from personalign.benchmarks.cupid.config import CupidConfig
 from personalign.protocols.upstream import protocol_label
-from personalign.redact import safe
-from personalign.report.console import print_run_footer
+from personalign.report.console import print_run_footer, run_table
 from personalign.report.plots import Series, grouped_bars
 from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.records import InstanceRecord
-from personalign.runs.store import load_run_summary
+from personalign.runs.store import load_run_summary, run_seed
 
 TYPES = ("consistent", "contrastive", "changing")
 BASE_CONTEXTS = ("full", "summaries", "memory")  # each gets its own row with per-type columns
@@ -36,7 +34,7 @@ def _summarize_interrupted(manifest: dict[str, Any], records: Iterable[InstanceR
     from personalign.benchmarks.cupid.steps import summarize
 
     config = CupidConfig(**manifest["config"])
-    return summarize(records, config.tasks, seed=int(manifest.get("seed", 0)))
+    return summarize(records, config.tasks, seed=run_seed(manifest))
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -152,16 +150,8 @@ def write_report(tables: dict[str, Table], out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    protocol = summary.get("protocol", "personalign")
-    table = RichTable(
-        title=safe(
-            f"CUPID · {summary['models']['subject']} · context {summary['context']} · protocol {protocol}"
-        )
-    )
-    table.add_column("")
-    table.add_column("n")
-    table.add_column("errors")
-    table.add_column("P / R / F1 (%)  or  mean score")
+    columns = ("", "n", "errors", "P / R / F1 (%)  or  mean score")
+    table = run_table("CUPID", summary, f"context {summary['context']}", columns=columns)
     for task in ("inference", "generation"):
         block = summary.get(task)
         if not block:
@@ -180,6 +170,16 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             table.add_row(f"{task} · {name}", str(n), errors, value)
     console.print(table)
     print_run_footer(console, summary, run_dir)
+
+
+BARS_CAPTION = (
+    "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% bootstrap CIs"
+)
+BARS_ALT = (
+    "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
+    "the consistent, contrastive and changing instance types, one bar group per run and "
+    "context; the same numbers are in Table 1."
+)
 
 
 def html_section(paths: Sequence[Path]) -> Section:
@@ -204,12 +204,6 @@ def html_section(paths: Sequence[Path]) -> Section:
             series.append(Series(f"{subject} ({context}) {short}", values, cis))
     figure = None
     if series:
-        figure = Figure(
-            "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% "
-            "bootstrap CIs",
-            "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
-            "the consistent, contrastive and changing instance types, one bar group per run and "
-            "context; the same numbers are in Table 1.",
-            grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100)),
-        )
+        svg = grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100))
+        figure = Figure(BARS_CAPTION, BARS_ALT, svg)
     return benchmark_section("cupid", "CUPID", tables.values(), figure)

@@ -12,18 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from personalign.benchmarks.hicupid.context import is_retrieval
 from personalign.benchmarks.hicupid.steps import TASK, summarize
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
-from personalign.report.console import print_run_footer
+from personalign.report.console import print_run_footer, run_table
 from personalign.report.plots import Series, grouped_bars
 from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table
 from personalign.retrieval.dense import DEFAULT_EMBEDDER
-from personalign.runs.store import load_run_summary
+from personalign.runs.store import load_run_summary, run_seed
 
 SPLIT_TITLES = {
     "test_1": "Table 3: Test Set 1 (seen users, unseen questions)",
@@ -35,12 +34,7 @@ TYPE_COLUMNS = {"persona": "Persona", "schedule": "Schedule", "profile": "Multi-
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A HiCUPID run's manifest and summary (computed from its records when it was interrupted)."""
-    return load_run_summary(
-        path,
-        "hicupid",
-        "HiCUPID",
-        lambda manifest, records: summarize(records, seed=int(manifest.get("seed", 0))),
-    )
+    return load_run_summary(path, "hicupid", "HiCUPID", lambda m, rs: summarize(rs, seed=run_seed(m)))
 
 
 def _method(manifest: dict[str, Any]) -> str:
@@ -200,14 +194,8 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    table = RichTable(
-        title=safe(
-            f"HiCUPID · {summary['models']['subject']} · {summary['method']} · context {summary['context']}"
-            f" · protocol {summary.get('protocol', 'personalign')}"
-        )
-    )
-    for column in ("split", "n", "Persona", "Schedule", "Multi-Info", "Total", "BLEU", "ROUGE-L"):
-        table.add_column(column)
+    columns = ("split", "n", "Persona", "Schedule", "Multi-Info", "Total", "BLEU", "ROUGE-L")
+    table = run_table("HiCUPID", summary, summary["method"], f"context {summary['context']}", columns=columns)
     block = summary[TASK]
 
     def pct(value: Any) -> str:
@@ -243,6 +231,14 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     print_run_footer(console, summary, run_dir, counts=f"errors {block['n_errors']}", notes=notes)
 
 
+BARS_CAPTION = "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type"
+BARS_ALT = (
+    "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
+    "multi-info questions and the total, one bar per run; the same numbers are in the "
+    "tables above."
+)
+
+
 def html_section(paths: Sequence[Path]) -> Section:
     """This benchmark's part of the HTML report (`personalign report --html`): the tables of
     `build_report` and its plot (the spec's `html_section` hook)."""
@@ -266,11 +262,6 @@ def html_section(paths: Sequence[Path]) -> Section:
         series.append(Series(row_name(manifest), values, cis))
     figure = None
     if series:
-        figure = Figure(
-            "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type",
-            "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
-            "multi-info questions and the total, one bar per run; the same numbers are in the "
-            "tables above.",
-            grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100)),
-        )
+        svg = grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100))
+        figure = Figure(BARS_CAPTION, BARS_ALT, svg)
     return benchmark_section("hicupid", "HiCUPID", tables.values(), figure)

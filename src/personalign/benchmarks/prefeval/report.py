@@ -186,17 +186,21 @@ def print_run_summary(summary: Mapping[str, Any], run_dir: Path, console: Consol
     print_run_footer(console, summary, run_dir, counts=counts, tokens=False)
 
 
+TURNS_CAPTION = (
+    "PrefEval: preference-following accuracy against the number of distractor turns, "
+    "one line per run, with 95% CIs"
+)
+TURNS_ALT = (
+    "Line plot with the distractor turns between the preference and the question on the "
+    "x axis and accuracy in percent on the y axis; the same numbers are in the tables."
+)
+
+
 def html_section(paths: Sequence[Path]) -> Section:
     """This benchmark's part of the HTML report (`personalign report --html`): the tables of
     `build_report` and its plot (the spec's `html_section` hook)."""
     built = build_report(paths)
     figure = None
     if built.curves:
-        figure = plot_figure(
-            lambda out: plot_turns(built.curves, out),
-            "PrefEval: preference-following accuracy against the number of distractor turns, "
-            "one line per run, with 95% CIs",
-            "Line plot with the distractor turns between the preference and the question on the "
-            "x axis and accuracy in percent on the y axis; the same numbers are in the tables.",
-        )
+        figure = plot_figure(lambda out: plot_turns(built.curves, out), TURNS_CAPTION, TURNS_ALT)
     return benchmark_section("prefeval", "PrefEval", built.tables.values(), figure)
