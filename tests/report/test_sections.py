@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from personalign.report.sections import Figure, benchmark_section, plot_figure
+from personalign.report.sections import Figure, benchmark_section, plot_figure, plotted_section
 from personalign.report.tables import Cell, Table
 
 
@@ -32,3 +33,18 @@ def test_plot_figure_inlines_the_svg_the_plot_function_wrote(tmp_path: Path) -> 
     figure = plot_figure(plot, "cap", "alt text")
     assert (figure.caption, figure.alt) == ("cap", "alt text")
     assert figure.svg == "<svg><g/></svg>"
+
+
+def _svg_plot(data: Sequence[int], out: Path) -> list[Path]:
+    svg = out / "p.svg"
+    svg.write_text(f"<svg><text>{len(data)}</text></svg>", encoding="utf-8")
+    return [svg]
+
+
+def test_plotted_section_plots_its_data() -> None:
+    section = plotted_section("benchpres", "BenchPreS", [], [1, 2, 3], _svg_plot, "cap", "alt")
+    assert [f.svg for f in section.figures] == ["<svg><text>3</text></svg>"]
+
+
+def test_plotted_section_without_data_has_no_figure() -> None:
+    assert plotted_section("prefeval", "PrefEval", [], [], _svg_plot, "cap", "alt").figures == []

@@ -7,13 +7,15 @@ Each benchmark folder builds its own `Section` (its spec's optional `html_sectio
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from personalign.report.plots import inline_svg
 from personalign.report.tables import Table
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -62,3 +64,17 @@ def benchmark_section(
     if figure is not None:
         section.figures.append(figure)
     return section
+
+
+def plotted_section(
+    benchmark: str,
+    title: str,
+    tables: Iterable[Table],
+    data: Sequence[T],
+    plot: Callable[[Sequence[T], Path], list[Path]],
+    caption: str,
+    alt: str,
+) -> Section:
+    """`benchmark_section` with the figure `plot(data, folder)` draws, when there is data to plot."""
+    figure = plot_figure(lambda out: plot(data, out), caption, alt) if data else None
+    return benchmark_section(benchmark, title, tables, figure)

@@ -19,7 +19,7 @@ from personalign.benchmarks.benchpres.steps import summarize
 from personalign.redact import safe
 from personalign.report.console import print_run_footer, run_table
 from personalign.report.figures import save_figure
-from personalign.report.sections import Section, benchmark_section, plot_figure
+from personalign.report.sections import Section, plotted_section
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir, load_run_summary, run_seed
 
@@ -311,11 +311,11 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     print_run_footer(console, summary, run_dir, reasoning=True, warnings=True)
 
 
-SCATTER_CAPTION = (
+PLOT_CAPTION = (
     "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
     "one point per run, with 95% CIs"
 )
-SCATTER_ALT = (
+PLOT_ALT = (
     "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
     "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
     "numbers are in the main table."
@@ -323,10 +323,9 @@ SCATTER_ALT = (
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """BenchPreS in `personalign report --html` (spec hook): its tables and the MR/AAR scatter plot."""
     built = build_report(paths)
-    figure = None
-    if built.points:
-        figure = plot_figure(lambda out: plot_scatter(built.points, out), SCATTER_CAPTION, SCATTER_ALT)
-    return benchmark_section("benchpres", "BenchPreS", built.tables.values(), figure)
+    tables = built.tables.values()
+    return plotted_section(
+        "benchpres", "BenchPreS", tables, built.points, plot_scatter, PLOT_CAPTION, PLOT_ALT
+    )

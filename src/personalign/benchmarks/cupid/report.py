@@ -172,10 +172,10 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     print_run_footer(console, summary, run_dir)
 
 
-BARS_CAPTION = (
+PLOT_CAPTION = (
     "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% bootstrap CIs"
 )
-BARS_ALT = (
+PLOT_ALT = (
     "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
     "the consistent, contrastive and changing instance types, one bar group per run and "
     "context; the same numbers are in Table 1."
@@ -183,8 +183,7 @@ BARS_ALT = (
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """CUPID in `personalign report --html` (spec hook): its tables and inference P/R/F1 bars by type."""
     tables = build_report(paths)
     metrics = ("precision", "recall", "f1")
     groups = ["All", *(t.capitalize() for t in TYPES)]
@@ -205,5 +204,5 @@ def html_section(paths: Sequence[Path]) -> Section:
     figure = None
     if series:
         svg = grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100))
-        figure = Figure(BARS_CAPTION, BARS_ALT, svg)
+        figure = Figure(PLOT_CAPTION, PLOT_ALT, svg)
     return benchmark_section("cupid", "CUPID", tables.values(), figure)

@@ -231,8 +231,8 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
     print_run_footer(console, summary, run_dir, counts=f"errors {block['n_errors']}", notes=notes)
 
 
-BARS_CAPTION = "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type"
-BARS_ALT = (
+PLOT_CAPTION = "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type"
+PLOT_ALT = (
     "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
     "multi-info questions and the total, one bar per run; the same numbers are in the "
     "tables above."
@@ -240,8 +240,7 @@ BARS_ALT = (
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """HiCUPID in `personalign report --html` (spec hook): its tables and the S bars by question type."""
     tables = build_report(paths)
     kinds = list(TYPE_COLUMNS)
     groups = [*TYPE_COLUMNS.values(), "Total"]
@@ -263,5 +262,5 @@ def html_section(paths: Sequence[Path]) -> Section:
     figure = None
     if series:
         svg = grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100))
-        figure = Figure(BARS_CAPTION, BARS_ALT, svg)
+        figure = Figure(PLOT_CAPTION, PLOT_ALT, svg)
     return benchmark_section("hicupid", "HiCUPID", tables.values(), figure)

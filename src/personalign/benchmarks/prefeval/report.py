@@ -15,7 +15,7 @@ from personalign.errors import ConfigError
 from personalign.redact import safe
 from personalign.report.console import print_run_footer
 from personalign.report.figures import save_figure
-from personalign.report.sections import Section, benchmark_section, plot_figure
+from personalign.report.sections import Section, plotted_section
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
@@ -186,21 +186,18 @@ def print_run_summary(summary: Mapping[str, Any], run_dir: Path, console: Consol
     print_run_footer(console, summary, run_dir, counts=counts, tokens=False)
 
 
-TURNS_CAPTION = (
+PLOT_CAPTION = (
     "PrefEval: preference-following accuracy against the number of distractor turns, "
     "one line per run, with 95% CIs"
 )
-TURNS_ALT = (
+PLOT_ALT = (
     "Line plot with the distractor turns between the preference and the question on the "
     "x axis and accuracy in percent on the y axis; the same numbers are in the tables."
 )
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """PrefEval in `personalign report --html` (spec hook): its tables and accuracy by distractor turns."""
     built = build_report(paths)
-    figure = None
-    if built.curves:
-        figure = plot_figure(lambda out: plot_turns(built.curves, out), TURNS_CAPTION, TURNS_ALT)
-    return benchmark_section("prefeval", "PrefEval", built.tables.values(), figure)
+    tables = built.tables.values()
+    return plotted_section("prefeval", "PrefEval", tables, built.curves, plot_turns, PLOT_CAPTION, PLOT_ALT)
