@@ -21,8 +21,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import numpy as np
-
 from personalign.benchmarks.benchpres.context import (
     ContextResult,
     StrategyEnv,
@@ -48,7 +46,7 @@ from personalign.errors import ConfigError, ParseError
 from personalign.judges.parsing import split_reasoning
 from personalign.llm.model import Model
 from personalign.llm.types import GenerateConfig
-from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.metrics.bootstrap import mean_with_ci
 from personalign.prompts import load_template
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 from personalign.runs.steps import StepFailed, StepRunner
@@ -428,14 +426,6 @@ def judgements_of(records: Iterable[InstanceRecord]) -> list[Judgement]:
     return out
 
 
-def _mean_with_ci(values: list[float], seed: int) -> dict[str, Any]:
-    if not values:
-        return {"mean": None, "ci": None, "n": 0}
-    n = len(values)
-    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
-    return {"mean": float(np.mean(values)), "ci": ci, "n": n}
-
-
 def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any]:
     """MR / AAR / selectivity overall, by domain and by category; completeness; error counts."""
     records = list(records)
@@ -520,7 +510,7 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
             for r in records
             if "generate_baseline" in r.steps and r.steps["generate_baseline"].status == "ok"
         ),
-        "completeness": _mean_with_ci(ratings, seed),
+        "completeness": mean_with_ci(ratings, seed),
         "judge_methods": {"llm" if k == "judge" else k: v for k, v in sorted(methods.items())},
         "responses_with_inline_reasoning": inline_reasoning,
         "flags": dict(sorted(flags.items())),

@@ -59,7 +59,7 @@ from personalign.benchmarks.hicupid.schema import QUESTION_TYPES, HiCupidHistory
 from personalign.errors import ConfigError, ModelCallError, ParseError
 from personalign.llm.model import Model
 from personalign.llm.types import GenerateConfig
-from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.metrics.bootstrap import mean_with_ci
 from personalign.prompts import PromptTemplate, load_template
 from personalign.protocols.upstream import PROTOCOLS, Protocol
 from personalign.retrieval import DEFAULT_EMBEDDER
@@ -495,14 +495,6 @@ class HiCupidBenchmark:
 # --- aggregation -------------------------------------------------------------------------------
 
 
-def _mean_ci(values: list[float], seed: int) -> dict[str, Any]:
-    if not values:
-        return {"mean": None, "ci": None, "n": 0}
-    n = len(values)
-    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
-    return {"mean": float(np.mean(values)), "ci": ci, "n": n}
-
-
 def _hit_block(scored: list[InstanceRecord]) -> dict[str, Any] | None:
     with_hits = [r for r in scored if "hit" in r.results[TASK].scores]
     if not with_hits:
@@ -544,7 +536,7 @@ def summarize_block(scored: list[InstanceRecord], seed: int, kinds: Iterable[str
             if kind in selected:
                 by_type[kind] = {"mean": None, "ci": None, "n": 0, "win": None, "tie": None, "loss": None}
             continue
-        block = _mean_ci([float(s["score"]) for s in rows], seed)
+        block = mean_with_ci([float(s["score"]) for s in rows], seed)
         block.update(wtl([str(s["outcome"]) for s in rows]))
         by_type[kind] = block
     both = [
