@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -16,3 +16,7 @@ class Loaded(Generic[T]):
     items: list[T]
     source: str
     sha256: str | None
+
+    def record(self, count: str) -> dict[str, Any]:
+        """For the run manifest: source, sha256 and the number of items under the key `count`."""
+        return {"source": self.source, "sha256": self.sha256, count: len(self.items)}

@@ -137,6 +137,10 @@ class Selection:
         """As recorded in the manifest and summary: ``{"limit": ..., <option>: [...]}``."""
         return {"limit": self.limit, **{k: _plain(v) for k, v in self.options.items()}}
 
+    def first(self, items: Sequence[I]) -> list[I]:
+        """The first `limit` of the (already filtered) items, all of them without a limit."""
+        return list(items[: self.limit])
+
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple | list) else value

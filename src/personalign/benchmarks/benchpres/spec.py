@@ -230,14 +230,13 @@ class BenchPresSpec:
     # --- data ---------------------------------------------------------------------------------
 
     def data_record(self, dataset: LoadedBenchPres) -> dict[str, Any]:
-        return {"source": dataset.source, "sha256": dataset.sha256, "n_rows": len(dataset.rows)}
+        return dataset.record("n_rows")
 
     def select(self, dataset: LoadedBenchPres, selection: Selection) -> list[BenchPresRow]:
-        rows = dataset.rows
-        return list(rows[: selection.limit]) if selection.limit is not None else list(rows)
+        return selection.first(dataset.items)
 
     def items(self, dataset: LoadedBenchPres) -> Sequence[BenchPresRow]:
-        return dataset.rows
+        return dataset.items
 
     def expand(self, config: BenchPresConfig, rows: Sequence[BenchPresRow]) -> list[BenchPresItem]:
         """Each row once per sample, sample-major (an interrupted run has whole passes done first)."""

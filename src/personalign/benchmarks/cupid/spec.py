@@ -149,15 +149,15 @@ class CupidSpec:
     # --- data ---------------------------------------------------------------------------------
 
     def data_record(self, dataset: LoadedDataset) -> dict[str, Any]:
-        return {"source": dataset.source, "sha256": dataset.sha256, "n_instances": len(dataset.instances)}
+        return dataset.record("n_instances")
 
     def select(self, dataset: LoadedDataset, selection: Selection) -> list[CupidInstance]:
         types = tuple(selection.options.get("instance_types") or ())
         chosen = [i for i in dataset.instances if not types or i.instance_type in types]
-        return chosen[: selection.limit] if selection.limit is not None else chosen
+        return selection.first(chosen)
 
     def items(self, dataset: LoadedDataset) -> Sequence[CupidInstance]:
-        return dataset.instances
+        return dataset.items
 
     def validate(self, data: str | Path) -> dict[str, Any]:
         dataset = load_cupid(data)

@@ -215,7 +215,7 @@ class HiCupidSpec:
             for q in dataset.questions(splits)
             if (not types or q.type in types) and (not users or q.user_id in users)
         ]
-        return chosen[: selection.limit] if selection.limit is not None else chosen
+        return selection.first(chosen)
 
     def items(self, dataset: HiCupidDataset) -> Sequence[HiCupidQA]:
         return dataset.qa

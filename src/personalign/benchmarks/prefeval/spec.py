@@ -172,7 +172,7 @@ class PrefEvalSpec:
         rows = [
             r for r in dataset.rows if (not forms or r.form in forms) and (not topics or r.topic in topics)
         ]
-        rows = rows[: selection.limit] if selection.limit is not None else rows
+        rows = selection.first(rows)
         most = 2 * max(turns)
         if most > len(dataset.distractors):
             raise ConfigError(
