@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -426,6 +426,17 @@ def judgements_of(records: Iterable[InstanceRecord]) -> list[Judgement]:
     return out
 
 
+def _task_errors(
+    records: Iterable[InstanceRecord], task: str, exclude: Container[str]
+) -> dict[str, str | None]:
+    """Instance id -> error of each record whose `task` result failed, but for the ids in `exclude`."""
+    return {
+        r.instance_id: r.results[task].error
+        for r in records
+        if task in r.results and r.results[task].status == "error" and r.instance_id not in exclude
+    }
+
+
 def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any]:
     """MR / AAR / selectivity overall, by domain and by category; completeness; error counts."""
     records = list(records)
@@ -437,13 +448,7 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
         and r.results["preferences"].status == "error"
         and "judgements" not in r.results["preferences"].scores
     }
-    judge_errors = {
-        r.instance_id: r.results["preferences"].error
-        for r in records
-        if "preferences" in r.results
-        and r.results["preferences"].status == "error"
-        and r.instance_id not in generation_errors
-    }
+    judge_errors = _task_errors(records, "preferences", generation_errors)
     n_attr = sum(
         len(r.results["preferences"].scores.get("judgements", []))
         for r in records
@@ -461,13 +466,7 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
         for r in records
         if "completeness" in r.results and r.results["completeness"].status == "ok"
     ]
-    completeness_errors = {
-        r.instance_id: r.results["completeness"].error
-        for r in records
-        if "completeness" in r.results
-        and r.results["completeness"].status == "error"
-        and r.instance_id not in generation_errors
-    }
+    completeness_errors = _task_errors(records, "completeness", generation_errors)
     inline_reasoning = sum(
         1
         for r in records

@@ -398,24 +398,14 @@ class CupidBenchmark:
             self.prompts.generate(instance, history),
             str.strip,
         )
-        if self.paper is not None:
-            judgement = await self._call(
-                steps,
-                "judge",
-                "judge",
-                self.models["judge"],
-                self.prompts.judge(instance, response),
-                parse_paper_judgement,
-            )
-        else:
-            judgement = await self._call(
-                steps,
-                "judge",
-                "judge",
-                self.models["judge"],
-                self.prompts.judge(instance, response),
-                lambda text: asdict(parse_generation_judgement(text)),
-            )
+        parse: Callable[[str], dict[str, Any]] = (
+            parse_paper_judgement
+            if self.paper is not None
+            else lambda text: asdict(parse_generation_judgement(text))
+        )
+        judgement = await self._call(
+            steps, "judge", "judge", self.models["judge"], self.prompts.judge(instance, response), parse
+        )
         return TaskResult(status="ok", scores={"score": judgement["score"], "label": judgement["label"]})
 
     async def evaluate(
