@@ -107,6 +107,10 @@ class Option:
         return self.flag or "--" + self.name.replace("_", "-")
 
 
+# Every benchmark's first role: the model under evaluation (its outputs are reused by `rescore`).
+SUBJECT = Role("subject", "The model under evaluation.", rescorable=False)
+
+
 class BenchmarkConfig(Protocol):
     """What the lifecycle reads from any benchmark's config."""
 

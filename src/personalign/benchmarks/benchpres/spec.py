@@ -28,7 +28,7 @@ from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.llm.types import GenerateConfig
 from personalign.runs.records import InstanceRecord
 from personalign.runs.runner import Evaluator
-from personalign.runs.spec import Option, Role, RunContext, Selection
+from personalign.runs.spec import SUBJECT, Option, Role, RunContext, Selection
 
 # The embedded 135M model writes ~20 tokens/s on 2 cores; these keep its default run on the
 # 24-row fixture to a few minutes. Real models get the paper's protocol (3 samples) and budgets
@@ -94,7 +94,7 @@ class BenchPresSpec:
     load = staticmethod(load_benchpres)
     cli = "personalign.benchmarks.benchpres.cli:register"
     roles: tuple[Role, ...] = (
-        Role("subject", "The model under evaluation.", rescorable=False),
+        SUBJECT,
         Role("judge", "The preference judge."),
         Role("completeness_judge", "Task-completeness judge spec (default: --judge).", "judge"),
         # no defaults_to: the memory engine's judge is the preference judge unless given (models_of)
