@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from personalign.errors import ParseError
-from personalign.judges.parsing import extract_json, snippet
+from personalign.judges.parsing import extract_json, int_in_range, snippet
 
 
 def test_snippet_folds_whitespace_and_cuts_long_text_to_the_limit() -> None:
@@ -40,3 +40,14 @@ def test_extract_json_reads_raw_newlines_inside_strings() -> None:
     assert [entry["label"] for entry in value["results"]] == ["Partially Covered", "Not Covered"]
     assert value["results"][1]["reasoning"] == "Part of it}}\n\nPreference: x\nChecklist:\n1"
     assert extract_json('```json\n{"a": "line one\nline two"}\n```') == {"a": "line one\nline two"}
+
+
+@pytest.mark.parametrize(("value", "expected"), [(3, 3), (3.0, 3), (" 4 ", 4), ("1", 1)])
+def test_int_in_range_accepts_whole_numbers_in_range(value: object, expected: int) -> None:
+    assert int_in_range(value, "judge: score", 1, 5) == expected
+
+
+@pytest.mark.parametrize("value", [0, 6, 2.5, True, "٣", "three", None, [3]])
+def test_int_in_range_rejects_with_the_field_and_range(value: object) -> None:
+    with pytest.raises(ParseError, match=r"^judge: score .* is not an integer from 1 to 5$"):
+        int_in_range(value, "judge: score", 1, 5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -235,3 +236,39 @@ def test_selectivity_ci_is_none_when_mr_is_undefined() -> None:
     no_suppress = selectivity_scores([j(f"r{k}", True, k % 2 == 0) for k in range(6)])
     assert no_suppress.mr is None and no_suppress.aar_ci is not None
     assert no_suppress.selectivity is None and no_suppress.selectivity_ci is None
+
+
+def test_summary_sorts_failures_into_generation_judge_and_completeness_errors() -> None:
+    from personalign.benchmarks.benchpres.steps import summarize
+    from personalign.runs.records import InstanceRecord, TaskResult
+
+    judged_none: dict[str, Any] = {"judgements": []}
+    records = [
+        InstanceRecord(
+            instance_id="a",
+            results={
+                "preferences": TaskResult(status="error", error="gen failed"),
+                "completeness": TaskResult(status="error", error="no response"),
+            },
+        ),
+        InstanceRecord(
+            instance_id="b",
+            results={
+                "preferences": TaskResult(status="error", error="judge bad", scores=judged_none),
+                "completeness": TaskResult(status="error", error="rating bad"),
+            },
+        ),
+        InstanceRecord(
+            instance_id="c",
+            results={
+                "preferences": TaskResult(status="ok", scores=judged_none),
+                "completeness": TaskResult(status="ok", scores={"rating": 4}),
+            },
+        ),
+    ]
+    # a failed generation is counted once, not again as a judge or completeness error
+    assert summarize(records)["errors"] == {
+        "generation": {"a": "gen failed"},
+        "judge": {"b": "judge bad"},
+        "completeness": {"b": "rating bad"},
+    }

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from personalign.metrics.bootstrap import RESAMPLE_BLOCK, bootstrap_ci, mean_statistic, resample_sums
+from personalign.metrics.bootstrap import (
+    RESAMPLE_BLOCK,
+    bootstrap_ci,
+    mean_statistic,
+    mean_with_ci,
+    resample_sums,
+)
 
 
 @pytest.mark.parametrize("n_resamples", [1, RESAMPLE_BLOCK, 3 * RESAMPLE_BLOCK + 5])
@@ -68,3 +74,12 @@ def test_resample_sums_equal_a_plain_gather_of_the_same_draws() -> None:
         rows = rng.integers(0, 9, size=(min(RESAMPLE_BLOCK, 300 - start), 9))
         expected.append(data[rows].sum(axis=1))
     assert resample_sums(data, 300, seed=5) == pytest.approx(np.concatenate(expected))
+
+
+def test_mean_with_ci_names_its_mean_and_brackets_it() -> None:
+    block = mean_with_ci([0.0, 1.0, 1.0, 1.0], seed=3)
+    assert block["mean"] == 0.75 and block["n"] == 4
+    low, high = block["ci"]
+    assert 0.0 <= low <= 0.75 <= high <= 1.0
+    assert mean_with_ci([1.0, 0.0], seed=3, key="accuracy")["accuracy"] == 0.5
+    assert mean_with_ci([], seed=3, key="accuracy") == {"accuracy": None, "ci": None, "n": 0}

@@ -80,3 +80,15 @@ def split_reasoning(text: str) -> SplitOutput:
     rest = _UNOPENED_THINK_END.sub(take, rest, count=1)
     rest = _UNCLOSED_THINK.sub(take, rest, count=1)
     return SplitOutput(reasoning="\n".join(parts).strip(), final=rest.strip())
+
+
+def int_in_range(value: Any, what: str, low: int, high: int) -> int:
+    """A judge's integer field (an int, a whole float or a string of ASCII digits) within
+    `low..high`; anything else is a ParseError naming `what` and the value."""
+    if isinstance(value, str) and value.strip().isdecimal() and value.strip().isascii():
+        value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ParseError(f"{what} {value!r} is not an integer from {low} to {high}")
+    return value

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -62,3 +63,13 @@ def resample_sums(data: FloatArray, n_resamples: int, seed: int) -> FloatArray:
 def mean_statistic(sums: FloatArray, n: int) -> FloatArray:
     result: FloatArray = sums[:, 0] / n
     return result
+
+
+def mean_with_ci(values: Sequence[float], seed: int, key: str = "mean") -> dict[str, Any]:
+    """`{key: mean, "ci": bootstrap 95% CI over the values, "n": count}`; mean and CI are None
+    when there are no values (nothing scored is not a zero)."""
+    if not values:
+        return {key: None, "ci": None, "n": 0}
+    n = len(values)
+    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
+    return {key: float(np.mean(values)), "ci": ci, "n": n}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,3 +96,11 @@ def write_tables(
         json.dumps({**payload, **(json_extra or {})}, indent=2), encoding="utf-8"
     )
     return markdown
+
+
+def markdown_table(caption: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """`caption`, a blank line, then a plain pipe table: `header` and one line per row (for text
+    summaries such as `personalign memory-eval`)."""
+    lines = [caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)

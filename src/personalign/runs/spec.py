@@ -107,6 +107,10 @@ class Option:
         return self.flag or "--" + self.name.replace("_", "-")
 
 
+# Every benchmark's first role: the model under evaluation (its outputs are reused by `rescore`).
+SUBJECT = Role("subject", "The model under evaluation.", rescorable=False)
+
+
 class BenchmarkConfig(Protocol):
     """What the lifecycle reads from any benchmark's config."""
 
@@ -136,6 +140,10 @@ class Selection:
     def to_record(self) -> dict[str, Any]:
         """As recorded in the manifest and summary: ``{"limit": ..., <option>: [...]}``."""
         return {"limit": self.limit, **{k: _plain(v) for k, v in self.options.items()}}
+
+    def first(self, items: Sequence[I]) -> list[I]:
+        """The first `limit` of the (already filtered) items, all of them without a limit."""
+        return list(items[: self.limit])
 
 
 def _plain(value: Any) -> Any:

@@ -12,7 +12,7 @@ import fcntl
 import json
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -228,3 +228,31 @@ class RunDir:
                 ) from None
             latest[record.instance_id] = record
         return latest
+
+
+def run_seed(manifest: Mapping[str, Any]) -> int:
+    """The seed a run's manifest records (0 when absent): its bootstrap CIs are recomputed with it."""
+    return int(manifest.get("seed", 0))
+
+
+def load_run_summary(
+    path: Path,
+    benchmark: str,
+    label: str,
+    summarize: Callable[[dict[str, Any], Iterable[InstanceRecord]], dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A finished or interrupted run's manifest and summary, for a benchmark's report.
+
+    `summarize(manifest, records)` computes the summary of an interrupted run (no summary.json yet)
+    from the records it saved; that summary gets status "interrupted". A run of another benchmark
+    is a ConfigError naming the path and `label`.
+    """
+    run = RunDir(path)
+    manifest = run.read_manifest()
+    if manifest.get("benchmark") != benchmark:
+        raise ConfigError(f"{path}: not a {label} run")
+    summary = run.read_summary()
+    if summary is None:  # an interrupted run: compute from what was saved
+        summary = summarize(manifest, run.records().values())
+        summary["status"] = "interrupted"
+    return manifest, summary

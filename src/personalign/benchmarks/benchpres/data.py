@@ -22,6 +22,7 @@ from personalign.data.files import (
     load_one_file_source,
     parse_unique,
 )
+from personalign.data.loaded import Loaded
 from personalign.errors import DataError
 from personalign.fixtures import fixture_path
 
@@ -31,12 +32,12 @@ FIXTURE = "benchpres_sample.jsonl"
 
 
 @dataclass(frozen=True)
-class LoadedBenchPres:
-    """Validated rows plus where they came from (for the manifest)."""
+class LoadedBenchPres(Loaded[BenchPresRow]):
+    """Validated BenchPreS rows plus where they came from (for the manifest)."""
 
-    rows: list[BenchPresRow]
-    source: str
-    sha256: str | None
+    @property
+    def rows(self) -> list[BenchPresRow]:
+        return self.items
 
 
 # Names a release of the data may give the per-attribute category column; read as

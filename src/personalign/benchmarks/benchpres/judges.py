@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from personalign.benchmarks.benchpres.schema import BenchPresRow, PreferenceCategory
 from personalign.errors import ParseError
-from personalign.judges.parsing import extract_json, require_object, snippet
+from personalign.judges.parsing import extract_json, int_in_range, require_object, snippet
 
 FollowLabel = Literal["follow", "do_not_follow"]
 FOLLOW_LABELS: tuple[FollowLabel, ...] = ("follow", "do_not_follow")
@@ -197,11 +197,5 @@ def parse_rating_line(text: str) -> Completeness:
 
 def parse_completeness(text: str) -> Completeness:
     data = require_object(extract_json(text), "completeness judge")
-    rating = data.get("rating")
-    if isinstance(rating, str) and rating.strip().isdecimal() and rating.strip().isascii():
-        rating = int(rating.strip())
-    if isinstance(rating, float) and rating.is_integer():
-        rating = int(rating)
-    if not isinstance(rating, int) or isinstance(rating, bool) or not 1 <= rating <= 5:
-        raise ParseError(f"completeness judge: rating {rating!r} is not an integer from 1 to 5")
+    rating = int_in_range(data.get("rating"), "completeness judge: rating", 1, 5)
     return Completeness(rating=rating, explanation=str(data.get("explanation", "")))

@@ -13,17 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from personalign.benchmarks.benchpres.schema import BENCHPRES_DOMAINS, PREFERENCE_CATEGORIES
 from personalign.benchmarks.benchpres.steps import summarize
-from personalign.errors import ConfigError
 from personalign.redact import safe
+from personalign.report.console import print_run_footer, run_table
 from personalign.report.figures import save_figure
-from personalign.report.plots import inline_svg
-from personalign.report.sections import Figure, Section, plot_svg
+from personalign.report.sections import Section, plotted_section
 from personalign.report.tables import NA, Cell, Table, write_tables
-from personalign.runs.store import RunDir
+from personalign.runs.store import RunDir, load_run_summary, run_seed
 
 CATEGORIES = (*PREFERENCE_CATEGORIES, "other")
 
@@ -33,15 +31,8 @@ def benchmark_of(path: Path) -> str:
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    run = RunDir(path)
-    manifest = run.read_manifest()
-    if manifest.get("benchmark") != "benchpres":
-        raise ConfigError(f"{path}: not a BenchPreS run")
-    summary = run.read_summary()
-    if summary is None:  # an interrupted run: compute from what was saved
-        summary = summarize(run.records().values(), seed=int(manifest.get("seed", 0)))
-        summary["status"] = "interrupted"
-    return manifest, summary
+    """A BenchPreS run's manifest and summary (computed from its records when it was interrupted)."""
+    return load_run_summary(path, "benchpres", "BenchPreS", lambda m, rs: summarize(rs, seed=run_seed(m)))
 
 
 @dataclass
@@ -281,14 +272,8 @@ def write_report(report: BenchPresReport, out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    protocol = summary.get("protocol", "personalign")
-    table = RichTable(
-        title=safe(
-            f"BenchPreS · {summary['models']['subject']} · {summary['condition']} · protocol {protocol}"
-        )
-    )
-    for column in ("", "MR %", "AAR %", "selectivity %", "n suppress / apply"):
-        table.add_column(column)
+    columns = ("", "MR %", "AAR %", "selectivity %", "n suppress / apply")
+    table = run_table("BenchPreS", summary, summary["condition"], columns=columns)
 
     def fmt(value: Any) -> str:
         return NA if value is None else f"{100 * value:.1f}"
@@ -323,35 +308,24 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             f"over {selection['n_decisions']} decisions in {selection['n_rows']} rows · "
             f"{selection['n_decision_errors']} judge errors, {selection['n_rows_failed']} rows failed"
         )
-    usage = summary["usage"]
-    reasoning = usage.get("reasoning_tokens") or 0
-    console.print(
-        f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
-        f"tokens {usage['tokens']:,}"
-        + (f" ({reasoning:,} reasoning)" if reasoning else "")
-        + f" · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
-    )
-    for warning in summary.get("warnings", []):
-        console.print(f"[yellow]warning: {safe(warning)}[/]")
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+    print_run_footer(console, summary, run_dir, reasoning=True, warnings=True)
+
+
+PLOT_CAPTION = (
+    "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
+    "one point per run, with 95% CIs"
+)
+PLOT_ALT = (
+    "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
+    "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
+    "numbers are in the main table."
+)
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """BenchPreS in `personalign report --html` (spec hook): its tables and the MR/AAR scatter plot."""
     built = build_report(paths)
-    section = Section("benchpres", "BenchPreS", [t for t in built.tables.values() if t.rows])
-    if built.points:
-        svg = plot_svg(lambda out: plot_scatter(built.points, out))
-        section.figures.append(
-            Figure(
-                "BenchPreS: appropriate application rate (AAR) against misapplication rate (MR), "
-                "one point per run, with 95% CIs",
-                "Scatter plot with MR in percent on the x axis (lower is better) and AAR in percent "
-                "on the y axis (higher is better); the ideal corner is MR 0, AAR 100; the same "
-                "numbers are in the main table.",
-                inline_svg(svg),
-            )
-        )
-    return section
+    tables = built.tables.values()
+    return plotted_section(
+        "benchpres", "BenchPreS", tables, built.points, plot_scatter, PLOT_CAPTION, PLOT_ALT
+    )

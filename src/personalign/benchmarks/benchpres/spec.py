@@ -28,7 +28,7 @@ from personalign.llm.spec import EMBEDDED_DEFAULT, parse_model_spec
 from personalign.llm.types import GenerateConfig
 from personalign.runs.records import InstanceRecord
 from personalign.runs.runner import Evaluator
-from personalign.runs.spec import Option, Role, RunContext, Selection
+from personalign.runs.spec import SUBJECT, Option, Role, RunContext, Selection
 
 # The embedded 135M model writes ~20 tokens/s on 2 cores; these keep its default run on the
 # 24-row fixture to a few minutes. Real models get the paper's protocol (3 samples) and budgets
@@ -94,7 +94,7 @@ class BenchPresSpec:
     load = staticmethod(load_benchpres)
     cli = "personalign.benchmarks.benchpres.cli:register"
     roles: tuple[Role, ...] = (
-        Role("subject", "The model under evaluation.", rescorable=False),
+        SUBJECT,
         Role("judge", "The preference judge."),
         Role("completeness_judge", "Task-completeness judge spec (default: --judge).", "judge"),
         # no defaults_to: the memory engine's judge is the preference judge unless given (models_of)
@@ -230,14 +230,13 @@ class BenchPresSpec:
     # --- data ---------------------------------------------------------------------------------
 
     def data_record(self, dataset: LoadedBenchPres) -> dict[str, Any]:
-        return {"source": dataset.source, "sha256": dataset.sha256, "n_rows": len(dataset.rows)}
+        return dataset.record("n_rows")
 
     def select(self, dataset: LoadedBenchPres, selection: Selection) -> list[BenchPresRow]:
-        rows = dataset.rows
-        return list(rows[: selection.limit]) if selection.limit is not None else list(rows)
+        return selection.first(dataset.items)
 
     def items(self, dataset: LoadedBenchPres) -> Sequence[BenchPresRow]:
-        return dataset.rows
+        return dataset.items
 
     def expand(self, config: BenchPresConfig, rows: Sequence[BenchPresRow]) -> list[BenchPresItem]:
         """Each row once per sample, sample-major (an interrupted run has whole passes done first)."""

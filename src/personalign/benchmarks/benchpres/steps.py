@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
-
-import numpy as np
 
 from personalign.benchmarks.benchpres.context import (
     ContextResult,
@@ -48,7 +46,7 @@ from personalign.errors import ConfigError, ParseError
 from personalign.judges.parsing import split_reasoning
 from personalign.llm.model import Model
 from personalign.llm.types import GenerateConfig
-from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.metrics.bootstrap import mean_with_ci
 from personalign.prompts import load_template
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
 from personalign.runs.steps import StepFailed, StepRunner
@@ -428,12 +426,15 @@ def judgements_of(records: Iterable[InstanceRecord]) -> list[Judgement]:
     return out
 
 
-def _mean_with_ci(values: list[float], seed: int) -> dict[str, Any]:
-    if not values:
-        return {"mean": None, "ci": None, "n": 0}
-    n = len(values)
-    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
-    return {"mean": float(np.mean(values)), "ci": ci, "n": n}
+def _task_errors(
+    records: Iterable[InstanceRecord], task: str, exclude: Container[str]
+) -> dict[str, str | None]:
+    """Instance id -> error of each record whose `task` result failed, but for the ids in `exclude`."""
+    return {
+        r.instance_id: r.results[task].error
+        for r in records
+        if task in r.results and r.results[task].status == "error" and r.instance_id not in exclude
+    }
 
 
 def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any]:
@@ -447,13 +448,7 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
         and r.results["preferences"].status == "error"
         and "judgements" not in r.results["preferences"].scores
     }
-    judge_errors = {
-        r.instance_id: r.results["preferences"].error
-        for r in records
-        if "preferences" in r.results
-        and r.results["preferences"].status == "error"
-        and r.instance_id not in generation_errors
-    }
+    judge_errors = _task_errors(records, "preferences", generation_errors)
     n_attr = sum(
         len(r.results["preferences"].scores.get("judgements", []))
         for r in records
@@ -471,13 +466,7 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
         for r in records
         if "completeness" in r.results and r.results["completeness"].status == "ok"
     ]
-    completeness_errors = {
-        r.instance_id: r.results["completeness"].error
-        for r in records
-        if "completeness" in r.results
-        and r.results["completeness"].status == "error"
-        and r.instance_id not in generation_errors
-    }
+    completeness_errors = _task_errors(records, "completeness", generation_errors)
     inline_reasoning = sum(
         1
         for r in records
@@ -520,7 +509,7 @@ def summarize(records: Iterable[InstanceRecord], seed: int = 0) -> dict[str, Any
             for r in records
             if "generate_baseline" in r.steps and r.steps["generate_baseline"].status == "ok"
         ),
-        "completeness": _mean_with_ci(ratings, seed),
+        "completeness": mean_with_ci(ratings, seed),
         "judge_methods": {"llm" if k == "judge" else k: v for k, v in sorted(methods.items())},
         "responses_with_inline_reasoning": inline_reasoning,
         "flags": dict(sorted(flags.items())),

@@ -22,6 +22,7 @@ from personalign.data.files import (
     load_one_file_source,
     parse_unique,
 )
+from personalign.data.loaded import Loaded
 from personalign.errors import DataError
 from personalign.fixtures import fixture_path
 
@@ -30,12 +31,12 @@ HF_SPLIT = "test"
 
 
 @dataclass(frozen=True)
-class LoadedDataset:
-    """Validated instances plus a description of where they came from (for the manifest)."""
+class LoadedDataset(Loaded[CupidInstance]):
+    """Validated CUPID instances plus where they came from (for the manifest)."""
 
-    instances: list[CupidInstance]
-    source: str
-    sha256: str | None
+    @property
+    def instances(self) -> list[CupidInstance]:
+        return self.items
 
 
 def parse_instance(record: RawRecord) -> CupidInstance:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from personalign.errors import ParseError
-from personalign.judges.parsing import extract_json, require_object, snippet
+from personalign.judges.parsing import extract_json, int_in_range, require_object, snippet
 
 MatchLabel = Literal["Fully Covered", "Partially Covered", "Not Covered"]
 LABEL_SCORES: dict[str, float] = {"Fully Covered": 1.0, "Partially Covered": 0.5, "Not Covered": 0.0}
@@ -208,13 +208,7 @@ class GenerationJudgement:
 
 def parse_generation_judgement(text: str) -> GenerationJudgement:
     data = require_object(extract_json(text), "generation judge")
-    score = data.get("score")
-    if isinstance(score, str) and score.strip().isdecimal() and score.strip().isascii():
-        score = int(score.strip())
-    if isinstance(score, float) and score.is_integer():
-        score = int(score)
-    if not isinstance(score, int) or isinstance(score, bool) or not 1 <= score <= 10:
-        raise ParseError(f"generation judge: score {score!r} is not an integer from 1 to 10")
+    score = int_in_range(data.get("score"), "generation judge: score", 1, 10)
     # The label is the name of the score's level: a stray label cannot contradict the score.
     analysis = data.get("analysis", "")
     return GenerationJudgement(score=score, label=GENERATION_LABELS[score - 1], analysis=str(analysis))

@@ -24,6 +24,7 @@ from personalign.history import approx_tokens, format_history, format_session
 from personalign.memory.engine import MemoryEngine, RetrievalConfig
 from personalign.memory.store import NewSession
 from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.report.tables import markdown_table
 from personalign.retrieval import Embedder
 from personalign.runs.spec import MemoryEvalResult
 
@@ -207,18 +208,21 @@ def format_table(summary: dict[str, Any]) -> str:
         ("paired leak", "paired_leak_rate"),
         ("tokens vs full", "token_ratio"),
     ]
-    lines = [
+    caption = (
         f"CUPID retrieval at k={summary['k']} (embedder {summary['embedder']}); oracle = sessions "
-        "sharing the current preference",
-        "",
-        "| method | type | n | " + " | ".join(c for c, _ in cols) + " |",
-        "|---|---|---|" + "---|" * len(cols),
+        "sharing the current preference"
+    )
+    rows = [
+        [
+            method,
+            name,
+            block["n"],
+            *("" if block.get(key) is None else f"{block[key]:.3f}" for _, key in cols),
+        ]
+        for method, result in summary["methods"].items()
+        for name, block in [("all", result["all"]), *result["by_type"].items()]
     ]
-    for method, result in summary["methods"].items():
-        for name, block in [("all", result["all"]), *result["by_type"].items()]:
-            cells = ["" if block.get(key) is None else f"{block[key]:.3f}" for _, key in cols]
-            lines.append(f"| {method} | {name} | {block['n']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown_table(caption, ["method", "type", "n", *(c for c, _ in cols)], rows)
 
 
 def memory_eval(

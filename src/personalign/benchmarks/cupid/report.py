@@ -9,40 +9,37 @@ different protocols are never merged into one row: each row then carries a ``[pa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from personalign.benchmarks.cupid.config import CupidConfig
-from personalign.errors import ConfigError
 from personalign.protocols.upstream import protocol_label
-from personalign.redact import safe
+from personalign.report.console import print_run_footer, run_table
 from personalign.report.plots import Series, grouped_bars
-from personalign.report.sections import Figure, Section, ci_pair
+from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table, write_tables
-from personalign.runs.store import RunDir
+from personalign.runs.records import InstanceRecord
+from personalign.runs.store import load_run_summary, run_seed
 
 TYPES = ("consistent", "contrastive", "changing")
 BASE_CONTEXTS = ("full", "summaries", "memory")  # each gets its own row with per-type columns
 
 
-def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    run = RunDir(path)
-    manifest = run.read_manifest()
-    if manifest.get("benchmark") != "cupid":
-        raise ConfigError(f"{path}: not a CUPID run")
-    summary = run.read_summary()
-    if summary is None:  # an interrupted run: compute from what was saved
-        # imported here for start-up speed: steps loads numpy, which printing a finished run never needs
-        from personalign.benchmarks.cupid.steps import summarize
+def _summarize_interrupted(manifest: dict[str, Any], records: Iterable[InstanceRecord]) -> dict[str, Any]:
+    """The summary of an interrupted CUPID run, from the records it saved."""
+    # imported here for start-up speed: steps loads numpy, which printing a finished run never needs
+    from personalign.benchmarks.cupid.steps import summarize
 
-        config = CupidConfig(**manifest["config"])
-        summary = summarize(run.records().values(), config.tasks, seed=int(manifest.get("seed", 0)))
-        summary["status"] = "interrupted"
-    return manifest, summary
+    config = CupidConfig(**manifest["config"])
+    return summarize(records, config.tasks, seed=run_seed(manifest))
+
+
+def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A CUPID run's manifest and summary (computed from its records when it was interrupted)."""
+    return load_run_summary(path, "cupid", "CUPID", _summarize_interrupted)
 
 
 def _row_name(manifest: dict[str, Any]) -> str:
@@ -153,16 +150,8 @@ def write_report(tables: dict[str, Table], out: Path) -> str:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    protocol = summary.get("protocol", "personalign")
-    table = RichTable(
-        title=safe(
-            f"CUPID · {summary['models']['subject']} · context {summary['context']} · protocol {protocol}"
-        )
-    )
-    table.add_column("")
-    table.add_column("n")
-    table.add_column("errors")
-    table.add_column("P / R / F1 (%)  or  mean score")
+    columns = ("", "n", "errors", "P / R / F1 (%)  or  mean score")
+    table = run_table("CUPID", summary, f"context {summary['context']}", columns=columns)
     for task in ("inference", "generation"):
         block = summary.get(task)
         if not block:
@@ -180,20 +169,22 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
             errors = str(block["n_errors"]) if name == "all" else ""
             table.add_row(f"{task} · {name}", str(n), errors, value)
     console.print(table)
-    usage = summary["usage"]
-    console.print(
-        f"status {summary['status']} · calls {usage['calls']} · cache hits {usage['cache_hits']} · "
-        f"tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · results in {safe(run_dir)}"
-    )
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+    print_run_footer(console, summary, run_dir)
+
+
+PLOT_CAPTION = (
+    "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% bootstrap CIs"
+)
+PLOT_ALT = (
+    "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
+    "the consistent, contrastive and changing instance types, one bar group per run and "
+    "context; the same numbers are in Table 1."
+)
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """CUPID in `personalign report --html` (spec hook): its tables and inference P/R/F1 bars by type."""
     tables = build_report(paths)
-    section = Section("cupid", "CUPID", [t for t in tables.values() if t.rows])
     metrics = ("precision", "recall", "f1")
     groups = ["All", *(t.capitalize() for t in TYPES)]
     series: list[Series] = []
@@ -210,15 +201,8 @@ def html_section(paths: Sequence[Path]) -> Section:
             cis = [ci_pair(b.get(f"{metric}_ci"), 100.0) for b in blocks]
             short = {"precision": "P", "recall": "R", "f1": "F1"}[metric]
             series.append(Series(f"{subject} ({context}) {short}", values, cis))
+    figure = None
     if series:
-        section.figures.append(
-            Figure(
-                "CUPID preference inference: precision, recall and F1 (%) by instance type, with 95% "
-                "bootstrap CIs",
-                "Grouped bar chart of precision, recall and F1 in percent for all instances and for "
-                "the consistent, contrastive and changing instance types, one bar group per run and "
-                "context; the same numbers are in Table 1.",
-                grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100)),
-            )
-        )
-    return section
+        svg = grouped_bars("CUPID inference by instance type", groups, series, "%", (0, 100))
+        figure = Figure(PLOT_CAPTION, PLOT_ALT, svg)
+    return benchmark_section("cupid", "CUPID", tables.values(), figure)

@@ -14,7 +14,7 @@ from personalign.benchmarks.cupid.protocol import CupidPaperPrompts, load_paper_
 from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
 from personalign.errors import ConfigError
 from personalign.llm.spec import parse_model_spec
-from personalign.runs.spec import Option, Role, RunContext, Selection
+from personalign.runs.spec import SUBJECT, Option, Role, RunContext, Selection
 
 if TYPE_CHECKING:
     from personalign.llm.model import Model
@@ -54,7 +54,7 @@ class CupidSpec:
     describe_data = staticmethod(describe_source)
     load = staticmethod(load_cupid)
     roles: tuple[Role, ...] = (
-        Role("subject", "The model under evaluation.", rescorable=False),
+        SUBJECT,
         Role("judge", "The generation judge (and the default decomposer and matcher)."),
         Role("decomposer", "Turns a preference into checklist items (default: --judge).", "judge"),
         Role("matcher", "Labels checklist coverage (default: --judge).", "judge"),
@@ -149,15 +149,15 @@ class CupidSpec:
     # --- data ---------------------------------------------------------------------------------
 
     def data_record(self, dataset: LoadedDataset) -> dict[str, Any]:
-        return {"source": dataset.source, "sha256": dataset.sha256, "n_instances": len(dataset.instances)}
+        return dataset.record("n_instances")
 
     def select(self, dataset: LoadedDataset, selection: Selection) -> list[CupidInstance]:
         types = tuple(selection.options.get("instance_types") or ())
         chosen = [i for i in dataset.instances if not types or i.instance_type in types]
-        return chosen[: selection.limit] if selection.limit is not None else chosen
+        return selection.first(chosen)
 
     def items(self, dataset: LoadedDataset) -> Sequence[CupidInstance]:
-        return dataset.instances
+        return dataset.items
 
     def validate(self, data: str | Path) -> dict[str, Any]:
         dataset = load_cupid(data)

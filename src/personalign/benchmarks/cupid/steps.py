@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-import numpy as np
-
 # the config lives in config.py (light, for the spec); these names stay importable from here
 from personalign.benchmarks.cupid.config import EMBEDDED_SUBJECT_MAX_TOKENS as EMBEDDED_SUBJECT_MAX_TOKENS
 from personalign.benchmarks.cupid.config import SUBJECT_MAX_TOKENS as SUBJECT_MAX_TOKENS
@@ -67,7 +65,7 @@ from personalign.benchmarks.cupid.schema import INSTANCE_TYPES, CupidInstance
 from personalign.errors import ConfigError
 from personalign.llm.model import Model
 from personalign.llm.types import GenerateConfig
-from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.metrics.bootstrap import mean_with_ci
 from personalign.metrics.prf import MatchCounts, instance_prf, pooled_prf
 from personalign.prompts import PromptTemplate, load_template
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
@@ -400,24 +398,14 @@ class CupidBenchmark:
             self.prompts.generate(instance, history),
             str.strip,
         )
-        if self.paper is not None:
-            judgement = await self._call(
-                steps,
-                "judge",
-                "judge",
-                self.models["judge"],
-                self.prompts.judge(instance, response),
-                parse_paper_judgement,
-            )
-        else:
-            judgement = await self._call(
-                steps,
-                "judge",
-                "judge",
-                self.models["judge"],
-                self.prompts.judge(instance, response),
-                lambda text: asdict(parse_generation_judgement(text)),
-            )
+        parse: Callable[[str], dict[str, Any]] = (
+            parse_paper_judgement
+            if self.paper is not None
+            else lambda text: asdict(parse_generation_judgement(text))
+        )
+        judgement = await self._call(
+            steps, "judge", "judge", self.models["judge"], self.prompts.judge(instance, response), parse
+        )
         return TaskResult(status="ok", scores={"score": judgement["score"], "label": judgement["label"]})
 
     async def evaluate(
@@ -484,14 +472,6 @@ def _type_of(record: InstanceRecord) -> str:
     return str(record.meta.get("instance_type", "unknown"))
 
 
-def _mean_with_ci(values: list[float], seed: int) -> dict[str, Any]:
-    if not values:
-        return {"mean": None, "ci": None, "n": 0}
-    n = len(values)
-    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
-    return {"mean": float(np.mean(values)), "ci": ci, "n": len(values)}
-
-
 def summarize(records: Iterable[InstanceRecord], tasks: Iterable[str], seed: int = 0) -> dict[str, Any]:
     """Pooled and per-type metrics, error counts and flag counts for a set of instance records."""
     records = list(records)
@@ -519,9 +499,9 @@ def summarize(records: Iterable[InstanceRecord], tasks: Iterable[str], seed: int
             )
             block["flags"] = dict(sorted(flags.items()))
         else:
-            block["all"] = _mean_with_ci([float(r.results[task].scores["score"]) for r in scored], seed)
+            block["all"] = mean_with_ci([float(r.results[task].scores["score"]) for r in scored], seed)
             block["by_type"] = {
-                t: _mean_with_ci(
+                t: mean_with_ci(
                     [float(r.results[task].scores["score"]) for r in scored if _type_of(r) == t], seed
                 )
                 for t in INSTANCE_TYPES

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -148,6 +148,9 @@ MAX_TOKENS: dict[str, int] = {
 
 
 # --- configuration --------------------------------------------------------------------------
+
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -711,14 +714,35 @@ class CupidSynthesizer:
             return stage.fail_output(current, exc)
         return stage.complete()
 
+    async def _generate(
+        self,
+        stage: Stage,
+        name: str,
+        template: str,
+        *,
+        values: Mapping[str, str],
+        config: GenerateConfig,
+        parse: Callable[[str], _T],
+    ) -> _T:
+        """One generator step: the named template with `values`, re-asked on an unparseable reply."""
+        return await stage.steps.call(
+            name,
+            role="generator",
+            model=self.models.generator,
+            template=load_template(TEMPLATES[template]),
+            values=values,
+            config=config,
+            parse=parse,
+            reasks=self.config.reasks,
+        )
+
     async def _persona(self, stage: Stage, template: dict[str, Any]) -> dict[str, Any]:
         if stage.done("persona"):
             return stage.output("persona")  # type: ignore[no-any-return]
-        data: dict[str, Any] = await stage.steps.call(
+        data: dict[str, Any] = await self._generate(
+            stage,
             "persona",
-            role="generator",
-            model=self.models.generator,
-            template=load_template(TEMPLATES["persona"]),
+            "persona",
             values={
                 "seed": template["seed"],
                 "occupation": template["occupation"].replace("_", " "),
@@ -729,7 +753,6 @@ class CupidSynthesizer:
             },
             config=self._cfg("persona", PERSONA_SCHEMA, "synth_persona"),
             parse=lambda text: parse_model(PersonaOut, "persona")(text).model_dump(),
-            reasks=self.config.reasks,
         )
         record = {**template, "description": f"{data['name']}: {data['description']}", "name": data["name"]}
         return stage.finish("persona", record)  # type: ignore[no-any-return]
@@ -738,11 +761,10 @@ class CupidSynthesizer:
         if stage.done("factors"):
             return stage.output("factors")  # type: ignore[no-any-return]
         n_regular = self.config.n_factors - 2
-        factors = await stage.steps.call(
+        factors = await self._generate(
+            stage,
             "factors",
-            role="generator",
-            model=self.models.generator,
-            template=load_template(TEMPLATES["factors"]),
+            "factors",
             values={
                 "persona": persona["description"],
                 "n_regular": str(n_regular),
@@ -752,16 +774,14 @@ class CupidSynthesizer:
             },
             config=self._cfg("factors", factors_schema(n_regular), "synth_factors"),
             parse=parse_factors(n_regular),
-            reasks=self.config.reasks,
         )
         first, second = factors[-2], factors[-1]
         if too_similar(first["preference"], second["preference"]):
             # Weak models copy the first preference of the pair; ask for the contrast alone.
-            contrast = await stage.steps.call(
+            contrast = await self._generate(
+                stage,
                 "factors/contrast",
-                role="generator",
-                model=self.models.generator,
-                template=load_template(TEMPLATES["contrast"]),
+                "contrast",
                 values={
                     "first_factor": first["factor"],
                     "first_preference": first["preference"],
@@ -770,7 +790,6 @@ class CupidSynthesizer:
                 },
                 config=self._cfg("changed", CONTRAST_SCHEMA, "synth_contrast_preference"),
                 parse=parse_changed(first["preference"], "contrastive preference"),
-                reasks=self.config.reasks,
             )
             factors[-1] = {**second, **contrast, "regenerated": "preference"}
         return stage.finish("factors", factors)  # type: ignore[no-any-return]
@@ -786,11 +805,10 @@ class CupidSynthesizer:
         contrast = next(f for f in pair if f is not current)
         others = [f["factor"] for f in factors if not f["related_factor"]]
         plan = plan_sessions(self.config.n_sessions, current["factor"], contrast["factor"], others, rng)
-        changed = await stage.steps.call(
+        changed = await self._generate(
+            stage,
             "changed",
-            role="generator",
-            model=self.models.generator,
-            template=load_template(TEMPLATES["changed"]),
+            "changed",
             values={
                 "persona": persona["description"],
                 "factor": current["factor"],
@@ -799,7 +817,6 @@ class CupidSynthesizer:
             },
             config=self._cfg("changed", CHANGED_SCHEMA, "synth_changed_preference"),
             parse=parse_changed(current["preference"], conflict=True),
-            reasks=self.config.reasks,
         )
         info = {
             "current_factor": current["factor"],
@@ -826,11 +843,10 @@ class CupidSynthesizer:
         role, factor_name = info["plan"][i]
         factor = next(f for f in factors if f["factor"] == factor_name)
         preference = info["changed_preference"] if role == "A_changed" else factor["preference"]
-        out = await stage.steps.call(
+        out = await self._generate(
+            stage,
             name,
-            role="generator",
-            model=self.models.generator,
-            template=load_template(TEMPLATES["session"]),
+            "session",
             values={
                 "persona": persona["description"],
                 "number": str(i + 1),
@@ -842,7 +858,6 @@ class CupidSynthesizer:
             },
             config=self._cfg("session", SESSION_SCHEMA, "synth_session"),
             parse=lambda text: parse_model(SessionOut, "session")(text).model_dump(),
-            reasks=self.config.reasks,
         )
         session = {
             "id": i,

@@ -78,11 +78,16 @@ class RequestVerdict(ModelOutput):
     evidence: str = Field("", max_length=2000)
 
 
-REQUEST_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"inferable": {"type": "boolean"}, "evidence": text_schema(200, 0)},
-    "required": ["inferable", "evidence"],
-}
+def verdict_schema(flag: str, note: str) -> dict[str, Any]:
+    """The reply schema of a yes/no verifier check: the boolean `flag` and a short `note` why."""
+    return {
+        "type": "object",
+        "properties": {flag: {"type": "boolean"}, note: text_schema(200, 0)},
+        "required": [flag, note],
+    }
+
+
+REQUEST_SCHEMA = verdict_schema("inferable", "evidence")
 
 
 class ChangeVerdict(ModelOutput):
@@ -90,11 +95,7 @@ class ChangeVerdict(ModelOutput):
     reason: str = Field("", max_length=2000)
 
 
-CHANGE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"contradicts": {"type": "boolean"}, "reason": text_schema(200, 0)},
-    "required": ["contradicts", "reason"],
-}
+CHANGE_SCHEMA = verdict_schema("contradicts", "reason")
 
 
 def user_side(chats: Sequence[Sequence[Mapping[str, str]]]) -> str:

@@ -30,6 +30,7 @@ from personalign.errors import ConfigError
 from personalign.history import approx_tokens
 from personalign.memory.engine import MemoryEngine, RetrievalConfig
 from personalign.memory.strategy import USER, build_engine, shared_embedder
+from personalign.report.tables import markdown_table
 from personalign.retrieval import CachedEmbedder, Embedder, EmbeddingCache
 from personalign.runs.spec import MemoryEvalResult
 
@@ -201,26 +202,22 @@ HIT_COLUMNS = (
 
 def format_hicupid_table(summary: dict[str, Any]) -> str:
     """A markdown table: one row per method and k (Hit@k in %, token ratio as a fraction)."""
-    lines = [
+    caption = (
         f"HiCUPID dialogue retrieval Hit@k (%) per question type (embedder {summary['embedder']}); "
-        "total = the paper's weighting; tokens vs full = retrieved history / whole history",
-        "",
-        "| method | k | n | " + " | ".join(c for c, _ in HIT_COLUMNS) + " |",
-        "|---|---|---|" + "---|" * len(HIT_COLUMNS),
+        "total = the paper's weighting; tokens vs full = retrieved history / whole history"
+    )
+
+    def cell(key: str, value: float | None) -> str:
+        if value is None:
+            return ""
+        return f"{value:.3f}" if key == "token_ratio" else f"{100 * value:.1f}"
+
+    rows = [
+        [method, k, row["n"], *(cell(key, row.get(key)) for _, key in HIT_COLUMNS)]
+        for method, by_k in summary["methods"].items()
+        for k, row in by_k.items()
     ]
-    for method, by_k in summary["methods"].items():
-        for k, row in by_k.items():
-            cells = []
-            for _, key in HIT_COLUMNS:
-                value = row.get(key)
-                if value is None:
-                    cells.append("")
-                elif key == "token_ratio":
-                    cells.append(f"{value:.3f}")
-                else:
-                    cells.append(f"{100 * value:.1f}")
-            lines.append(f"| {method} | {k} | {row['n']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown_table(caption, ["method", "k", "n", *(c for c, _ in HIT_COLUMNS)], rows)
 
 
 def memory_eval(

@@ -12,18 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from personalign.benchmarks.hicupid.context import is_retrieval
 from personalign.benchmarks.hicupid.steps import TASK, summarize
-from personalign.errors import ConfigError
 from personalign.protocols.upstream import protocol_label
 from personalign.redact import safe
+from personalign.report.console import print_run_footer, run_table
 from personalign.report.plots import Series, grouped_bars
-from personalign.report.sections import Figure, Section, ci_pair
+from personalign.report.sections import Figure, Section, benchmark_section, ci_pair
 from personalign.report.tables import NA, Cell, Table
 from personalign.retrieval.dense import DEFAULT_EMBEDDER
-from personalign.runs.store import RunDir
+from personalign.runs.store import load_run_summary, run_seed
 
 SPLIT_TITLES = {
     "test_1": "Table 3: Test Set 1 (seen users, unseen questions)",
@@ -34,15 +33,8 @@ TYPE_COLUMNS = {"persona": "Persona", "schedule": "Schedule", "profile": "Multi-
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    run = RunDir(path)
-    manifest = run.read_manifest()
-    if manifest.get("benchmark") != "hicupid":
-        raise ConfigError(f"{path}: not a HiCUPID run")
-    summary = run.read_summary()
-    if summary is None:  # an interrupted run: compute from what was saved
-        summary = summarize(run.records().values(), seed=int(manifest.get("seed", 0)))
-        summary["status"] = "interrupted"
-    return manifest, summary
+    """A HiCUPID run's manifest and summary (computed from its records when it was interrupted)."""
+    return load_run_summary(path, "hicupid", "HiCUPID", lambda m, rs: summarize(rs, seed=run_seed(m)))
 
 
 def _method(manifest: dict[str, Any]) -> str:
@@ -202,14 +194,8 @@ def build_report(paths: Sequence[Path]) -> dict[str, Table]:
 
 def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
-    table = RichTable(
-        title=safe(
-            f"HiCUPID · {summary['models']['subject']} · {summary['method']} · context {summary['context']}"
-            f" · protocol {summary.get('protocol', 'personalign')}"
-        )
-    )
-    for column in ("split", "n", "Persona", "Schedule", "Multi-Info", "Total", "BLEU", "ROUGE-L"):
-        table.add_column(column)
+    columns = ("split", "n", "Persona", "Schedule", "Multi-Info", "Total", "BLEU", "ROUGE-L")
+    table = run_table("HiCUPID", summary, summary["method"], f"context {summary['context']}", columns=columns)
     block = summary[TASK]
 
     def pct(value: Any) -> str:
@@ -238,24 +224,24 @@ def print_run_summary(summary: dict[str, Any], run_dir: Path, console: Console |
         console.print(
             f"order flips: {pct(overall['flip_rate'])}% of {overall['n_both_orders']} A/B questions"
         )
-    usage = summary["usage"]
-    console.print(
-        f"status {summary['status']} · errors {block['n_errors']} · calls {usage['calls']} · cache hits "
-        f"{usage['cache_hits']} · tokens {usage['tokens']:,} · cost ${usage['cost_usd']:.4f} · "
-        f"results in {safe(run_dir)}"
-    )
+    notes = []
     if block["n_errors"]:
         first = next(iter(block["errors"].items()))
-        console.print(f"[yellow]first error: {safe(first[0])}: {safe(first[1][:300])}[/]")
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+        notes.append(f"first error: {safe(first[0])}: {safe(first[1][:300])}")
+    print_run_footer(console, summary, run_dir, counts=f"errors {block['n_errors']}", notes=notes)
+
+
+PLOT_CAPTION = "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type"
+PLOT_ALT = (
+    "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
+    "multi-info questions and the total, one bar per run; the same numbers are in the "
+    "tables above."
+)
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """HiCUPID in `personalign report --html` (spec hook): its tables and the S bars by question type."""
     tables = build_report(paths)
-    section = Section("hicupid", "HiCUPID", [t for t in tables.values() if t.rows])
     kinds = list(TYPE_COLUMNS)
     groups = [*TYPE_COLUMNS.values(), "Total"]
     series: list[Series] = []
@@ -273,14 +259,8 @@ def html_section(paths: Sequence[Path]) -> Section:
         values.append(None if total is None else 100 * total)
         cis.append(None)
         series.append(Series(row_name(manifest), values, cis))
+    figure = None
     if series:
-        section.figures.append(
-            Figure(
-                "HiCUPID score S (x100) by question type and Total, with 95% bootstrap CIs per type",
-                "Grouped bar chart of the HiCUPID score S times 100 for persona, schedule and "
-                "multi-info questions and the total, one bar per run; the same numbers are in the "
-                "tables above.",
-                grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100)),
-            )
-        )
-    return section
+        svg = grouped_bars("HiCUPID S by question type", groups, series, "S x100", (0, 100))
+        figure = Figure(PLOT_CAPTION, PLOT_ALT, svg)
+    return benchmark_section("hicupid", "HiCUPID", tables.values(), figure)

@@ -28,7 +28,7 @@ from personalign.report.tables import Table, write_tables
 from personalign.runs.manifest import versions_of
 from personalign.runs.records import InstanceRecord
 from personalign.runs.runner import Evaluator
-from personalign.runs.spec import Option, Role, RunContext, Selection
+from personalign.runs.spec import SUBJECT, Option, Role, RunContext, Selection
 
 ROLE_NAMES = ("subject", "judge")
 # Libraries behind HiCUPID's metrics and retrieval: their versions change the numbers (manifest).
@@ -68,7 +68,7 @@ class HiCupidSpec:
     load = staticmethod(load_hicupid)
     cli = "personalign.benchmarks.hicupid.cli:register"
     roles: tuple[Role, ...] = (
-        Role("subject", "The model under evaluation.", rescorable=False),
+        SUBJECT,
         Role("judge", "The A/B and YES/NO judge."),
     )
     options: tuple[Option, ...] = (
@@ -215,7 +215,7 @@ class HiCupidSpec:
             for q in dataset.questions(splits)
             if (not types or q.type in types) and (not users or q.user_id in users)
         ]
-        return chosen[: selection.limit] if selection.limit is not None else chosen
+        return selection.first(chosen)
 
     def items(self, dataset: HiCupidDataset) -> Sequence[HiCupidQA]:
         return dataset.qa

@@ -59,7 +59,7 @@ from personalign.benchmarks.hicupid.schema import QUESTION_TYPES, HiCupidHistory
 from personalign.errors import ConfigError, ModelCallError, ParseError
 from personalign.llm.model import Model
 from personalign.llm.types import GenerateConfig
-from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.metrics.bootstrap import mean_with_ci
 from personalign.prompts import PromptTemplate, load_template
 from personalign.protocols.upstream import PROTOCOLS, Protocol
 from personalign.retrieval import DEFAULT_EMBEDDER
@@ -179,6 +179,11 @@ class BuiltPrompt(PromptTemplate):
 
     def render(self, **values: str) -> list[Message]:
         return list(self.messages)
+
+    @classmethod
+    def of(cls, name: str, sha256: str, messages: Iterable[Message]) -> BuiltPrompt:
+        """A prompt that is only its messages (no system or user template of its own)."""
+        return cls(name=name, system="", user="", sha256=sha256, messages=tuple(messages))
 
 
 # --- pure prompt pieces ------------------------------------------------------------------------
@@ -302,24 +307,12 @@ class HiCupidBenchmark:
         assert self.paper is not None
         key = paper_prompt_key(self.config.instruction_role, self.config.shots)
         messages = subject_messages(self.paper.inference_prompts[key], selection.messages, qa.question)
-        return BuiltPrompt(
-            name=f"paper:hicupid/{key}",
-            system="",
-            user="",
-            sha256=self.paper.sha256,
-            messages=tuple(messages),
-        )
+        return BuiltPrompt.of(f"paper:hicupid/{key}", self.paper.sha256, messages)
 
     def paper_judge_prompt(self, qa: HiCupidQA, answer: str, slot: Literal["A", "B"]) -> BuiltPrompt:
         assert self.paper is not None
         messages = judge_messages(self.paper.evaluation_prompts[qa.type], qa, answer, slot)
-        return BuiltPrompt(
-            name=f"paper:hicupid/evaluate/{qa.type}",
-            system="",
-            user="",
-            sha256=self.paper.sha256,
-            messages=tuple(messages),
-        )
+        return BuiltPrompt.of(f"paper:hicupid/evaluate/{qa.type}", self.paper.sha256, messages)
 
     def subject_prompt(self, qa: HiCupidQA, selection: ContextSelection) -> BuiltPrompt:
         if self.paper is not None:
@@ -339,9 +332,7 @@ class HiCupidBenchmark:
             selection.messages, qa.question, "\n\n".join(parts), self.config.instruction_role, ack_t.user
         )
         digest = hashlib.sha256("".join(t.sha256 for t in used).encode()).hexdigest()
-        return BuiltPrompt(
-            name=f"hicupid/{self.config.method}", system="", user="", sha256=digest, messages=tuple(messages)
-        )
+        return BuiltPrompt.of(f"hicupid/{self.config.method}", digest, messages)
 
     def _judge_config(self, schema: dict[str, Any], name: str) -> GenerateConfig:
         json_mode = self.config.judge_format == "json"
@@ -495,14 +486,6 @@ class HiCupidBenchmark:
 # --- aggregation -------------------------------------------------------------------------------
 
 
-def _mean_ci(values: list[float], seed: int) -> dict[str, Any]:
-    if not values:
-        return {"mean": None, "ci": None, "n": 0}
-    n = len(values)
-    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
-    return {"mean": float(np.mean(values)), "ci": ci, "n": n}
-
-
 def _hit_block(scored: list[InstanceRecord]) -> dict[str, Any] | None:
     with_hits = [r for r in scored if "hit" in r.results[TASK].scores]
     if not with_hits:
@@ -544,7 +527,7 @@ def summarize_block(scored: list[InstanceRecord], seed: int, kinds: Iterable[str
             if kind in selected:
                 by_type[kind] = {"mean": None, "ci": None, "n": 0, "win": None, "tie": None, "loss": None}
             continue
-        block = _mean_ci([float(s["score"]) for s in rows], seed)
+        block = mean_with_ci([float(s["score"]) for s in rows], seed)
         block.update(wtl([str(s["outcome"]) for s in rows]))
         by_type[kind] = block
     both = [

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from personalign.metrics.bootstrap import bootstrap_ci, mean_statistic
+from personalign.metrics.bootstrap import mean_with_ci
 
 ERROR_TYPES = ("unhelpful", "inconsistent", "hallucinated_violation", "unaware_violation")
 
@@ -77,19 +77,10 @@ class Scored:
     errors: Mapping[str, bool] | None = None  # generation: the error types
 
 
-def rate(values: list[float], seed: int) -> dict[str, Any]:
-    """Mean of 0/1 values with a bootstrap 95% CI over instances."""
-    if not values:
-        return {"accuracy": None, "ci": None, "n": 0}
-    n = len(values)
-    ci = bootstrap_ci(np.array(values, dtype=float), lambda sums: mean_statistic(sums, n), seed=seed)
-    return {"accuracy": float(np.mean(values)), "ci": ci, "n": n}
-
-
 def accuracy(scored: Iterable[Scored], seed: int = 0) -> dict[str, Any]:
     """Accuracy with CI, plus the error-type rates when the instances carry them."""
     items = list(scored)
-    out = rate([float(s.correct) for s in items], seed)
+    out = mean_with_ci([float(s.correct) for s in items], seed, key="accuracy")
     with_errors = [s.errors for s in items if s.errors is not None]
     if with_errors:
         out["error_rates"] = {e: float(np.mean([float(x[e]) for x in with_errors])) for e in ERROR_TYPES}

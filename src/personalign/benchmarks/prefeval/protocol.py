@@ -206,7 +206,10 @@ def function_strings(text: str, path: str, function: str, variable: str) -> list
     raise ProtocolError(f"prefeval protocol file {path}: no function {function}()")
 
 
-def _one(strings: list[str], path: str, what: str, count: int = 1) -> list[str]:
+def _strings(text: str, path: str, function: str, variable: str, what: str, count: int = 1) -> list[str]:
+    """The `count` strings `function` assigns to `variable` in an official file; another number is a
+    ProtocolError naming the file and `what`."""
+    strings = function_strings(text, path, function, variable)
     if len(strings) != count:
         raise ProtocolError(
             f"prefeval protocol file {path}: expected {count} strings for {what}, found {len(strings)}"
@@ -247,32 +250,13 @@ def load_paper(protocol_dir: Path | str | None = None) -> tuple[Texts, PaperBudg
     mcq = files.text(MCQ_PY)
     baselines = files.text(BASELINES_PY)
     evaluation = files.text(EVALUATION_PY)
-    suffixes = function_strings(explicit, EXPLICIT_PY, "get_question_prompt", "question")
-    length = _one(suffixes, EXPLICIT_PY, "the answer-length suffix")[0]
-    rag = _one(
-        function_strings(explicit, EXPLICIT_PY, "convert_top_k_sentences_to_msg", "msg"),
-        EXPLICIT_PY,
-        "the RAG wrapper",
-        3,
-    )
-    critique = _one(
-        function_strings(baselines, BASELINES_PY, "handle_selfcritic_task", "critic_request"),
-        BASELINES_PY,
-        "critic_request",
-    )
-    revision = _one(
-        function_strings(baselines, BASELINES_PY, "handle_selfcritic_task", "revision_request"),
-        BASELINES_PY,
-        "revision_request",
-    )
-    mcq_format = _one(
-        function_strings(mcq, MCQ_PY, "get_mcq_question_format", "mcq_question_format"),
-        MCQ_PY,
-        "the MCQ format",
-    )
-    judge_system = _one(
-        function_strings(evaluation, EVALUATION_PY, "main", "system_prompt"), EVALUATION_PY, "system_prompt"
-    )
+    length = _strings(explicit, EXPLICIT_PY, "get_question_prompt", "question", "the answer-length suffix")[0]
+    rag = _strings(explicit, EXPLICIT_PY, "convert_top_k_sentences_to_msg", "msg", "the RAG wrapper", 3)
+    self_critic = "handle_selfcritic_task"
+    critique = _strings(baselines, BASELINES_PY, self_critic, "critic_request", "critic_request")
+    revision = _strings(baselines, BASELINES_PY, self_critic, "revision_request", "revision_request")
+    mcq_format = _strings(mcq, MCQ_PY, "get_mcq_question_format", "mcq_question_format", "the MCQ format")
+    judge_system = _strings(evaluation, EVALUATION_PY, "main", "system_prompt", "system_prompt")
     judge_tokens = _int_assigned(evaluation, EVALUATION_PY, "main", "max_tokens")
     reminder = files.constant(COMMON_PY, "REMINDER")
     cot = files.constant(COMMON_PY, "COT_PROMPT")

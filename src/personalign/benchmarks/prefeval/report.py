@@ -13,9 +13,9 @@ from rich.table import Table as RichTable
 
 from personalign.errors import ConfigError
 from personalign.redact import safe
+from personalign.report.console import print_run_footer
 from personalign.report.figures import save_figure
-from personalign.report.plots import inline_svg
-from personalign.report.sections import Figure, Section, plot_svg
+from personalign.report.sections import Section, plotted_section
 from personalign.report.tables import NA, Cell, Table, write_tables
 from personalign.runs.store import RunDir
 
@@ -182,30 +182,22 @@ def print_run_summary(summary: Mapping[str, Any], run_dir: Path, console: Consol
     for name, block in groups:
         table.add_row(safe(name), *fmt(block))
     console.print(table)
-    usage = summary["usage"]
-    console.print(
-        f"status {summary['status']} · {summary['n_scored']} scored, {summary['n_errors']} errors · "
-        f"calls {usage['calls']} · cache hits {usage['cache_hits']} · cost ${usage['cost_usd']:.4f} · "
-        f"results in {safe(run_dir)}"
-    )
-    if summary.get("notice"):
-        console.print(f"[yellow]{summary['notice']}[/]")
+    counts = f"{summary['n_scored']} scored, {summary['n_errors']} errors"
+    print_run_footer(console, summary, run_dir, counts=counts, tokens=False)
+
+
+PLOT_CAPTION = (
+    "PrefEval: preference-following accuracy against the number of distractor turns, "
+    "one line per run, with 95% CIs"
+)
+PLOT_ALT = (
+    "Line plot with the distractor turns between the preference and the question on the "
+    "x axis and accuracy in percent on the y axis; the same numbers are in the tables."
+)
 
 
 def html_section(paths: Sequence[Path]) -> Section:
-    """This benchmark's part of the HTML report (`personalign report --html`): the tables of
-    `build_report` and its plot (the spec's `html_section` hook)."""
+    """PrefEval in `personalign report --html` (spec hook): its tables and accuracy by distractor turns."""
     built = build_report(paths)
-    section = Section("prefeval", "PrefEval", [t for t in built.tables.values() if t.rows])
-    if built.curves:
-        svg = plot_svg(lambda out: plot_turns(built.curves, out))
-        section.figures.append(
-            Figure(
-                "PrefEval: preference-following accuracy against the number of distractor turns, "
-                "one line per run, with 95% CIs",
-                "Line plot with the distractor turns between the preference and the question on the "
-                "x axis and accuracy in percent on the y axis; the same numbers are in the tables.",
-                inline_svg(svg),
-            )
-        )
-    return section
+    tables = built.tables.values()
+    return plotted_section("prefeval", "PrefEval", tables, built.curves, plot_turns, PLOT_CAPTION, PLOT_ALT)

@@ -31,7 +31,7 @@ from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
 from personalign.runs.records import InstanceRecord
 from personalign.runs.runner import Evaluator
-from personalign.runs.spec import Option, Role, RunContext, Selection
+from personalign.runs.spec import SUBJECT, Option, Role, RunContext, Selection
 
 DEFAULT_TURNS: tuple[int, ...] = (0,)
 ProtocolTexts = tuple[Texts, PaperBudgets | None]
@@ -49,7 +49,7 @@ class PrefEvalSpec:
     item_noun = "instances"
     default_seed = 0
     roles: tuple[Role, ...] = (
-        Role("subject", "The model under evaluation.", rescorable=False),
+        SUBJECT,
         Role("judge", "The four checks of the generation task (unused by --task mcq)."),
     )
     options: tuple[Option, ...] = (
@@ -172,7 +172,7 @@ class PrefEvalSpec:
         rows = [
             r for r in dataset.rows if (not forms or r.form in forms) and (not topics or r.topic in topics)
         ]
-        rows = rows[: selection.limit] if selection.limit is not None else rows
+        rows = selection.first(rows)
         most = 2 * max(turns)
         if most > len(dataset.distractors):
             raise ConfigError(
