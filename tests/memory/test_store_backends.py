@@ -6,7 +6,9 @@ import json
 import shutil
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -264,21 +266,30 @@ def test_a_store_from_a_newer_personalign_is_refused(make_store: MakeStore, stor
         open_store(store_url)
 
 
-def test_concurrent_openers_migrate_once(make_store: MakeStore) -> None:
-    stores: list[MemoryBackend] = []
+T = TypeVar("T")
+
+
+def open_at_once(open_one: Callable[[], T], n: int) -> tuple[list[T], list[BaseException]]:
+    """Call `open_one` from `n` threads started together; what they opened and what they raised."""
+    opened: list[T] = []
     errors: list[BaseException] = []
 
     def opener() -> None:
         try:
-            stores.append(make_store())
+            opened.append(open_one())
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=opener) for _ in range(6)]
+    threads = [threading.Thread(target=opener) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return opened, errors
+
+
+def test_concurrent_openers_migrate_once(make_store: MakeStore) -> None:
+    stores, errors = open_at_once(make_store, 6)
     assert errors == [] and len(stores) == 6
     rows = stores[0]._read("SELECT version FROM schema_version ORDER BY version")  # type: ignore[attr-defined]
     assert [r[0] for r in rows] == list(range(1, stores[0].schema_version() + 1))
@@ -364,19 +375,8 @@ def test_new_sqlite_files_opened_at_once_never_report_locked(tmp_path: Path) -> 
     errors: list[BaseException] = []
     for round_ in range(100):
         path = tmp_path / f"m{round_}.sqlite"
-        handles: list[MemoryStore] = []
-
-        def opener(path: Path = path, handles: list[MemoryStore] = handles) -> None:
-            try:
-                handles.append(MemoryStore(path))
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=opener) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        handles, failed = open_at_once(partial(MemoryStore, path), 6)
+        errors.extend(failed)
         for handle in handles:
             handle.close()
     assert errors == []

@@ -29,6 +29,7 @@ from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.synth.common import UnitState, load_seeds
 from personalign.synth.taxonomy import CAREER_LEVELS, DECISION_STYLES, SCHWARTZ_VALUES
 from personalign.types import Message
+from tests.support.synth_responders import leaky_request
 
 SPEC = "scripted/synth"
 
@@ -328,16 +329,8 @@ def test_a_failing_stage_is_recorded_and_the_rest_of_the_pool_still_finishes(tmp
 
 
 def test_a_leaking_request_rejects_the_persona(tmp_path: Path) -> None:
-    def leaky(messages: Sequence[Message], config: GenerateConfig) -> str:
-        text = default_responder(messages, config)
-        if config.schema_name == "synth_session":
-            data = json.loads(text)
-            data["request_with_factor"] = data["request_with_factor_and_preference"]
-            return json.dumps(data)
-        return text
-
     out = tmp_path / "out"
-    result = synthesize_cupid(config(n_personas=1), out, factory_for(Recorder(leaky)))
+    result = synthesize_cupid(config(n_personas=1), out, factory_for(Recorder(leaky_request)))
     assert result.summary["passed_validation"] == 0 and result.summary["instances_written"] == 0
     problems = result.summary["rejected"][0]["problems"]
     assert any(p.startswith("leak (lexical)") for p in problems)

@@ -18,6 +18,7 @@ from personalign.llm import GenerateConfig, ModelFactory, parse_model_spec
 from personalign.llm.backends import Backend
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.types import Message
+from tests.support.synth_responders import leaky_request
 
 SPEC = "scripted/synth"
 
@@ -189,16 +190,8 @@ def test_agreement_with_human_labels(tmp_path: Path) -> None:
 
 
 def test_a_rejected_persona_is_not_counted_as_verified_instances(tmp_path: Path) -> None:
-    def leaky(messages: Sequence[Message], config: GenerateConfig) -> str:
-        text = default_responder(messages, config)
-        if config.schema_name == "synth_session":
-            data = json.loads(text)
-            data["request_with_factor"] = data["request_with_factor_and_preference"]
-            return json.dumps(data)
-        return text
-
     out = tmp_path / "out"
-    result = synthesize_cupid(config(), out, factory(leaky))
+    result = synthesize_cupid(config(), out, factory(leaky_request))
     assert len(result.summary["rejected"]) == 1
     assert result.summary["verification"]["instances_checked"] == 0
     # the verifier's own verdicts stay on record for the rejected persona
