@@ -22,6 +22,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+# llama.cpp's `llama_token_data` as numpy sees it (one token's id, logit and probability).
+TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
+
 
 def check_first_enabled() -> bool:
     return os.environ.get("PERSONALIGN_LLAMA_GRAMMAR_CHECK_FIRST", "1") != "0"
@@ -37,8 +42,6 @@ class GrammarStats:
 
 def first_max(logits: Any) -> int:
     """The index llama.cpp's greedy sampler picks: the first of the highest logits."""
-    import numpy as np
-
     return int(np.argmax(logits))
 
 
@@ -61,6 +64,8 @@ class CheckFirstGreedySampler:
         self._all_array = llama_cpp.llama_token_data_array(
             data=self._all, size=n_vocab, selected=-1, sorted=False
         )
+        self._all_view = np.ctypeslib.as_array(self._all).view(TOKEN_DATA)
+        self._ids = np.arange(n_vocab, dtype=np.intc)
 
     def _allows(self, token: int) -> bool:
         self._one[0].id = token
@@ -72,12 +77,8 @@ class CheckFirstGreedySampler:
         return bool(self._one[0].logit != float("-inf"))
 
     def _masked_argmax(self, logits: Any) -> int:
-        import numpy as np
-
-        view = np.ctypeslib.as_array(self._all).view(
-            np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
-        )
-        view["id"] = np.arange(self._n_vocab, dtype=np.intc)
+        view = self._all_view
+        view["id"] = self._ids
         view["logit"] = logits
         view["p"] = 0.0
         self._all_array.size = self._n_vocab
@@ -89,8 +90,6 @@ class CheckFirstGreedySampler:
         return first_max(masked)
 
     def sample(self, ctx: Any, idx: int = -1) -> int:
-        import numpy as np
-
         pointer = self._lib.llama_get_logits_ith(ctx.ctx, idx)
         logits = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
         self._stats.tokens += 1
