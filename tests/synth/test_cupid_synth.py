@@ -380,8 +380,9 @@ def test_a_copied_contrastive_preference_is_regenerated_on_its_own(tmp_path: Pat
 
 
 def test_resampling_a_failed_persona_asks_anew_instead_of_replaying_the_cache(tmp_path: Path) -> None:
+    # Like llama.cpp, this model honours the seed: the same seed gives the same (bad) reply.
     def first_sample_fails(messages: Sequence[Message], config: GenerateConfig) -> str:
-        if config.schema_name == "synth_changed_preference" and config.sample_index == 0:
+        if config.schema_name == "synth_changed_preference" and config.seed == 0:
             return "not json"
         return default_responder(messages, config)
 
@@ -402,6 +403,7 @@ def test_resampling_a_failed_persona_asks_anew_instead_of_replaying_the_cache(tm
     # persona and factors were reused from the state file; only later stages were asked
     assert not any("synth_persona" in p or "synth_factors" in p for p in resampled.prompts)
     assert all('"sample_index":1' in p for p in resampled.prompts)
+    assert not any('"seed":0,' in p for p in resampled.prompts)  # a new sample, not the same reply
 
 
 def test_usage_is_summed_over_every_invocation_and_a_resume_never_zeroes_it(tmp_path: Path) -> None:

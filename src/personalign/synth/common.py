@@ -39,15 +39,32 @@ UnitStatus = Literal["pending", "ok", "error"]
 MANIFEST = "synth_manifest.json"
 
 
+def attempt_seed(seed: int | None) -> int | None:
+    """The sampling seed of the current unit's calls: `seed` on the first attempt, another one
+    per re-sampled attempt. A backend that honours seeds (llama.cpp does) would otherwise give a
+    re-sampled call the very reply that failed, so `--resample-failed` could never succeed."""
+    attempt = ATTEMPT.get()
+    if seed is None or attempt == 0:
+        return seed
+    return (seed + attempt * 1_000_003) % 2**31
+
+
 def json_config(
-    schema_name: str, schema: dict[str, Any], *, temperature: float, max_tokens: int
+    schema_name: str,
+    schema: dict[str, Any],
+    *,
+    temperature: float,
+    max_tokens: int,
+    seed: int | None = None,
 ) -> GenerateConfig:
-    """A schema-constrained generation config (SmolLM2 only parses reliably this way)."""
+    """A schema-constrained generation config (SmolLM2 only parses reliably this way); `seed` is
+    varied per re-sampled attempt (`attempt_seed`)."""
     return GenerateConfig(
         temperature=temperature,
         max_tokens=max_tokens,
         json_schema=schema,
         schema_name=schema_name,
+        seed=attempt_seed(seed),
         sample_index=ATTEMPT.get(),
     )
 

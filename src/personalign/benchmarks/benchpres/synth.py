@@ -371,7 +371,8 @@ class BenchpresSynthesizer:
             scale_lengths(schema, self.config.length_scale),
             temperature=self.config.temperature if temperature is None else temperature,
             max_tokens=self.config.max_tokens.get(budget) or profile_budget(self.config.n_facts),
-        ).model_copy(update={"seed": self.config.seed})
+            seed=self.config.seed,
+        )
 
     async def _call(
         self, stage: Stage, name: str, template: str, values: dict[str, str], config: GenerateConfig,

@@ -672,12 +672,12 @@ class CupidSynthesizer:
             return GenerateConfig(
                 temperature=temperature,
                 max_tokens=max_tokens,
-                seed=self.config.seed,
+                seed=common.attempt_seed(self.config.seed),
                 sample_index=ATTEMPT.get(),
             )
         schema = scale_lengths(schema, self.config.length_scale)
-        return json_config(name, schema, temperature=temperature, max_tokens=max_tokens).model_copy(
-            update={"seed": self.config.seed}
+        return json_config(
+            name, schema, temperature=temperature, max_tokens=max_tokens, seed=self.config.seed
         )
 
     async def run(self, template: dict[str, Any]) -> UnitState:

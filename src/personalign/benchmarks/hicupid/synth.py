@@ -410,7 +410,8 @@ class HicupidSynthesizer:
             scale_lengths(schema, self.config.length_scale),
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens[stage],
-        ).model_copy(update={"seed": self.config.seed if seed is None else seed})
+            seed=self.config.seed if seed is None else seed,
+        )
 
     async def _call(
         self,
