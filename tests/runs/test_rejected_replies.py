@@ -22,7 +22,7 @@ from personalign.llm import CallCache
 from personalign.llm.backends.scripted import ScriptedBackend, default_responder
 from personalign.llm.types import BackendResponse, GenerateConfig
 from personalign.runs.records import StepRecord
-from personalign.runs.steps import UNFINISHED, StepFailed, StepRunner
+from personalign.runs.steps import UNFINISHED, StepFailed, StepRunner, gather_steps
 from personalign.types import Message
 from tests.support.models import run, scripted_model
 from tests.support.stub_server import FaultPlan, StubServer
@@ -273,3 +273,33 @@ def test_an_ok_model_step_without_a_reply_is_not_reused() -> None:
     assert runner.reuse("a") is None
     assert runner.reuse("b") is decided
     assert runner.reuse("c") is context
+
+
+def test_gather_steps_records_the_sibling_of_a_failed_step_before_raising(tmp_path: Path) -> None:
+    """With `gather_steps` (CUPID's two matcher directions, HiCUPID's two judge orders) a failed
+    step no longer leaves its sibling running unawaited: the sibling's reply is in the record when
+    the failure reaches the instance, and nothing is still running afterwards."""
+    backend = _Gated()
+    _, model = scripted_model(tmp_path, backend)
+    runner = StepRunner()
+
+    def step(name: str) -> Coroutine[Any, Any, int]:
+        messages = [Message(role="user", content=name)]
+        return runner.call_messages(
+            name, role="matcher", model=model, messages=messages, config=CONFIG, parse=_number
+        )
+
+    async def instance() -> tuple[dict[str, StepRecord], int]:
+        backend.gate = asyncio.Event()
+        gate = backend.gate
+        asyncio.get_running_loop().call_later(0.05, gate.set)  # "slow" answers after "fast" failed
+        with pytest.raises(StepFailed, match="fast"):
+            await gather_steps(step("slow"), step("fast"))
+        written = {k: v.model_copy(deep=True) for k, v in runner.steps.items()}
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return written, len(others)
+
+    written, still_running = asyncio.run(instance())
+    assert written["fast"].status == "error"
+    assert written["slow"].status == "ok" and written["slow"].parsed == 7
+    assert still_running == 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from personalign.errors import BudgetExceeded, ModelCallError, ParseError
@@ -33,6 +34,18 @@ class StepFailed(Exception):
     def __init__(self, step: str, message: str) -> None:
         super().__init__(f"{step}: {message}")
         self.step = step
+
+
+async def gather_steps(*steps: Awaitable[T]) -> list[T]:
+    """Await concurrent steps of one instance until every one has ended, then raise the first
+    failure. `asyncio.gather` alone raises at the first failure and leaves the siblings running
+    unawaited: their replies were lost to the instance's record, and on a local model the last
+    instance's orphaned call held the process open after the run had finished."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
 
 
 class StepRunner:

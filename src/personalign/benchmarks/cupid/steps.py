@@ -69,7 +69,7 @@ from personalign.metrics.bootstrap import mean_with_ci
 from personalign.metrics.prf import MatchCounts, instance_prf, pooled_prf
 from personalign.prompts import PromptTemplate, load_template
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
-from personalign.runs.steps import StepFailed, StepRunner
+from personalign.runs.steps import StepFailed, StepRunner, gather_steps
 from personalign.types import Message, Session
 
 T = TypeVar("T")
@@ -311,7 +311,7 @@ class CupidBenchmark:
         if self.config.context != "summaries":
             return self.prompts.history(sessions)
         template = load_template(TEMPLATES["summarize"])
-        summaries = await asyncio.gather(
+        summaries = await gather_steps(
             *(
                 steps.call(
                     f"summary/{k}",
@@ -383,7 +383,7 @@ class CupidBenchmark:
                 "match/gold->inferred", "matcher", ["Not Covered"] * len(gold_items), ["empty_checklist"]
             )
             return _inference_result(preference, [], [], gold_items, gold_labels)
-        pred_labels, gold_labels = await asyncio.gather(
+        pred_labels, gold_labels = await gather_steps(
             self._match(steps, "match/inferred->gold", instance.current_contextual_preference, pred_items),
             self._match(steps, "match/gold->inferred", preference, gold_items),
         )

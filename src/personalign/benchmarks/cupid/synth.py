@@ -61,7 +61,7 @@ from personalign.llm.model import Model
 from personalign.llm.spec import parse_model_spec
 from personalign.llm.types import GenerateConfig
 from personalign.prompts import load_template
-from personalign.runs.steps import StepFailed
+from personalign.runs.steps import StepFailed, gather_steps
 from personalign.runs.store import write_json
 from personalign.synth import common
 from personalign.synth.common import (
@@ -1219,7 +1219,7 @@ class CupidSynthesizer:
             token = ATTEMPT.set(REPAIR_SAMPLE + stage.state.attempt)
             try:
                 group = [s for label in to_repair for s in sessions_of[label]]
-                redone = await asyncio.gather(
+                redone = await gather_steps(
                     *(
                         self._dialogue(stage, persona, s, checklists[s["preference"]], prefix="repair/")
                         for s in group

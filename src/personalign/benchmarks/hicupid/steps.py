@@ -10,7 +10,6 @@ retrieval strategies, Hit@k against the gold dialogues are recorded too.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -64,7 +63,7 @@ from personalign.prompts import PromptTemplate, load_template
 from personalign.protocols.upstream import PROTOCOLS, Protocol
 from personalign.retrieval import DEFAULT_EMBEDDER
 from personalign.runs.records import InstanceRecord, StepRecord, TaskResult
-from personalign.runs.steps import StepFailed, StepRunner
+from personalign.runs.steps import StepFailed, StepRunner, gather_steps
 from personalign.types import Message
 
 InstructionRole = Literal["system", "user"]
@@ -408,7 +407,7 @@ class HiCupidBenchmark:
             verdict = await self._judge_ab(steps, "judge", qa, answer, slot)
             outcome = outcome_for(verdict, slot)  # type: ignore[arg-type]
             return {"verdict": verdict, "model_slot": slot, "outcome": outcome, "order_inconsistent": None}
-        va, vb = await asyncio.gather(
+        va, vb = await gather_steps(
             self._judge_ab(steps, "judge/model=A", qa, answer, "A"),
             self._judge_ab(steps, "judge/model=B", qa, answer, "B"),
         )

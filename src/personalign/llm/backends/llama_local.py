@@ -297,7 +297,12 @@ class LlamaLocalBackend:
         self.path = resolve_model_path(spec.model)
         self.n_ctx = int(os.environ.get("PERSONALIGN_LLAMA_N_CTX", DEFAULT_N_CTX))
 
-    def _call(self, messages: Sequence[Message], config: GenerateConfig) -> BackendResponse:
+    def _call(
+        self,
+        messages: Sequence[Message],
+        config: GenerateConfig,
+        abandoned: threading.Event | None = None,
+    ) -> BackendResponse:
         if config.reasoning:
             raise ModelCallError(f"{self.spec.label}: cannot turn reasoning on", retryable=False)
         model = load_model(self.path, self.n_ctx)
@@ -316,6 +321,10 @@ class LlamaLocalBackend:
         if config.json_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": config.json_schema}
         with model.lock:
+            if abandoned is not None and abandoned.is_set():
+                # Its caller timed out or was cancelled while this call waited for the model:
+                # generating now would only delay every call queued behind it.
+                raise ModelCallError(f"{self.spec.label}: abandoned before it started", retryable=False)
             try:
                 prompt, reused = model.prepare(chat)
                 out = model.llm.create_chat_completion(**kwargs)
@@ -350,7 +359,14 @@ class LlamaLocalBackend:
     async def generate(
         self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
     ) -> BackendResponse:
-        return await asyncio.to_thread(self._call, messages, config)
+        # A thread cannot be stopped: a call whose caller gave up (timeout, cancellation) is
+        # flagged, and skipped if it is still waiting for the model's lock.
+        abandoned = threading.Event()
+        try:
+            return await asyncio.to_thread(self._call, messages, config, abandoned)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
 
     async def aclose(self) -> None:
         return None
