@@ -297,6 +297,8 @@ def _agreement(kind: str, report: dict[str, Any], out: Path) -> None:
         f"accuracy {_fmt(held['accuracy'])}, Cohen's kappa {_fmt(held['kappa'])}; "
         f"report {out / 'agreement.json'}"
     )
+    if "teacher_labels" in held:
+        console.print(f"  teacher labels {held['teacher_labels']}; student labels {held['student_labels']}")
     s = report.get("s")
     if isinstance(s, dict):
         console.print(
