@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -153,9 +154,12 @@ def main() -> None:
         "sft_dpo": finish_eval(*dpo_eval, "sft-dpo", args),
     }
     results["paired"] = paired(results)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     results["seconds"] = {
         "train": round(trained - started, 1),
         "total": round(time.monotonic() - started, 1),
+        # CPU time of the training and evaluation processes: what an idle machine would need
+        "cpu": round(children.ru_utime + children.ru_stime, 1),
     }
     results["load_average_end"] = round(os.getloadavg()[0], 2)
     results["failures"] = failures(results)
@@ -212,7 +216,10 @@ def table(results: dict[str, Any]) -> str:
         for question, reason in results[name]["error_reasons"].items():
             lines.append(f"  {name} error on {question}: {reason[:110]}")
     secs = results["seconds"]
-    lines.append(f"wall time: training {secs['train']:.0f} s, total {secs['total']:.0f} s")
+    lines.append(
+        f"wall time: training {secs['train']:.0f} s, total {secs['total']:.0f} s; "
+        f"CPU time of the child processes {secs['cpu']:.0f} s"
+    )
     return "\n".join(lines)
 
 
