@@ -6,7 +6,10 @@ is present, on a CUDA GPU. Each measurement trains a few optimizer steps through
     PYTHONPATH=src python benchmarks/train_throughput.py --base /path/to/Llama-3.1-8B-Instruct --lora-r 256
 
 Without a CUDA GPU the GPU measurement is skipped with a message. On a busy 2-core CPU the numbers
-are dominated by contention: run it with nothing else running (the load average is printed).
+are dominated by contention: run it with nothing else running (the load average is printed), and
+compare `--threads 1` with the default (torch's OpenMP threads spin against other jobs' threads).
+The process CPU time of each measurement (model loading included) is printed too: with one
+thread, tokens per CPU second is close to what an idle core gives, whatever the load.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from personalign.benchmarks.hicupid.data import load_hicupid
@@ -39,8 +43,10 @@ def measure(args: argparse.Namespace, kind: str, device: str) -> dict[str, objec
         save_steps=10_000,
         gradient_checkpointing=args.gradient_checkpointing,
     )
+    cpu_before = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         result = train_stage(args.base, examples, Path(tmp) / kind, settings, data_source=args.data)
+    cpu = time.process_time() - cpu_before  # includes loading the model: an upper bound
     return {
         "kind": kind,
         "device": device,
@@ -48,6 +54,9 @@ def measure(args: argparse.Namespace, kind: str, device: str) -> dict[str, objec
         "tokens": result.tokens,
         "seconds": round(result.seconds, 2),
         "tokens_per_s": round(result.tokens_per_s, 2),
+        "threads": torch.get_num_threads(),
+        "cpu_seconds": round(cpu, 2),
+        "tokens_per_cpu_s": round(result.tokens / cpu, 2) if cpu > 0 else None,
     }
 
 
@@ -64,8 +73,14 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--kinds", nargs="+", default=["sft", "dpo"])
     parser.add_argument("--out", type=Path, default=None, help="Also write the rows as JSON here.")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="Torch CPU threads (default: torch's, one per core)."
+    )
     args = parser.parse_args()
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     if "cuda" not in devices:

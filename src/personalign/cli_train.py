@@ -95,7 +95,14 @@ def _data(data: str, split: list[str], role: str, limit: int | None) -> Any:
 
 def _report(label: str, result: Any) -> None:
     losses = result.losses
-    trend = f"loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "no loss logged"
+    trend = "no loss logged"
+    if losses:  # one step's loss is one batch's: the means of the first / last third show the trend
+        k = max(1, len(losses) // 3)
+        head, tail = sum(losses[:k]) / k, sum(losses[-k:]) / k
+        trend = (
+            f"loss {losses[0]:.4f} -> {losses[-1]:.4f} "
+            f"(mean of the first / last {k} steps {head:.4f} -> {tail:.4f})"
+        )
     console.print(f"[bold]{label}[/]: {trend}; {result.tokens_per_s:.1f} tokens/s; adapter {result.adapter}")
 
 
@@ -290,6 +297,8 @@ def _agreement(kind: str, report: dict[str, Any], out: Path) -> None:
         f"accuracy {_fmt(held['accuracy'])}, Cohen's kappa {_fmt(held['kappa'])}; "
         f"report {out / 'agreement.json'}"
     )
+    if "teacher_labels" in held:
+        console.print(f"  teacher labels {held['teacher_labels']}; student labels {held['student_labels']}")
     s = report.get("s")
     if isinstance(s, dict):
         console.print(

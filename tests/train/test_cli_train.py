@@ -68,3 +68,15 @@ def test_a_resumed_log_drops_the_steps_after_the_checkpoint(tmp_path: Path) -> N
     assert _losses(log) == [9.0, 8.0, 7.0, 6.0]
     _trim_metrics(log, 0)  # a fresh (not resumed) run starts a new log
     assert not log.exists()
+
+
+def test_the_report_shows_the_loss_trend_not_only_two_batches(capsys: pytest.CaptureFixture[str]) -> None:
+    from personalign.cli_train import _report
+    from personalign.train.trainer import StageResult
+
+    # the last batch happens to be a hard one: first -> last step alone reads as a rising loss
+    losses = [3.0, 3.2, 2.8, 2.0, 1.8, 3.3]
+    _report("sft", StageResult(Path("o"), Path("o/adapter"), losses, 1.0, 10))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "loss 3.0000 -> 3.3000" in err
+    assert "mean of the first / last 2 steps 3.1000 -> 2.5500" in err

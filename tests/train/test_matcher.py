@@ -69,6 +69,11 @@ def test_agreement_counts_unparseable_replies_as_disagreement(
     assert perfect["items"] == sum(len(i.labels) for i in items)
     broken = agreement_report(items, [items[0].target, "no json here"])
     assert broken["unparseable_calls"] == 1
+    # the label counts on both sides, so a kappa of 0 from a one-label teacher can be read as such
+    teacher_labels = [label for i in items for label in i.labels]
+    assert broken["teacher_labels"] == {x: teacher_labels.count(x) for x in set(teacher_labels)}
+    assert broken["student_labels"][UNPARSEABLE] == len(items[1].labels)
+    assert sum(broken["student_labels"].values()) == perfect["items"]
     assert broken["accuracy"] == pytest.approx(len(items[0].labels) / perfect["items"])
     assert UNPARSEABLE not in items[1].labels
 

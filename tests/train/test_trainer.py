@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from personalign.benchmarks.hicupid.data import load_hicupid
+from personalign.errors import ConfigError
 from personalign.llm import GenerateConfig, build_backend, parse_model_spec
 from personalign.llm.adapters import CHAIN_FILE
 from personalign.train.examples import build_examples
@@ -116,3 +117,28 @@ def test_dpo_on_a_merged_sft_adapter_chains_and_loads_through_hf(tiny_llama: Pat
     backend = build_backend(parse_model_spec(f"hf/{tiny_llama}?adapter={dpo.adapter}"))
     reply = asyncio.run(backend.generate(list(exs[0].prompt), GenerateConfig(max_tokens=4), timeout=60))
     assert reply.usage.completion_tokens >= 1
+
+
+def test_resume_at_max_steps_trains_no_extra_step(tiny_llama: Path, tmp_path: Path) -> None:
+    """A checkpoint already at --max-steps, mid-epoch (2 of 4 examples): resuming it must not train
+    a step more (the trainer skipped the 2 seen batches and then trained step 3 before)."""
+    exs = examples(4)
+    out = tmp_path / "sft"
+    stage = settings("sft", learning_rate=5e-3, max_steps=2, save_steps=2)
+    train_stage(str(tiny_llama), exs, out, stage, data_source="fixture")
+    again = train_stage(str(tiny_llama), exs, out, stage, data_source="fixture", resume=True)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["result"]["resumed_from"].endswith("checkpoint-2")
+    assert manifest["result"]["global_step"] == 2
+    assert len(again.losses) == 2
+    assert not (out / "checkpoints" / "checkpoint-3").exists()
+    assert (out / "adapter" / "adapter_config.json").is_file()
+
+
+def test_resume_past_max_steps_is_an_error(tiny_llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sft"
+    (out / "checkpoints" / "checkpoint-5").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="checkpoint-5 is past --max-steps 3"):
+        train_stage(
+            str(tiny_llama), examples(1), out, settings("sft", max_steps=3), data_source="f", resume=True
+        )

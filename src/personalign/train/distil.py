@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -125,6 +126,9 @@ def agreement_report(items: Sequence[DistilItem], parsed: Sequence[tuple[str, ..
         "items": stats.n,
         "accuracy": stats.agreement,
         "kappa": stats.kappa,
+        # kappa is 0 whenever the teacher gives one label only, however well the student agrees
+        "teacher_labels": dict(sorted(Counter(teacher).items())),
+        "student_labels": dict(sorted(Counter(student).items())),
     }
 
 

@@ -232,37 +232,36 @@ def write_manifest(
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
-def train_stage(
+def _adapter_from_checkpoint(checkpoint: Path, adapter: Path) -> None:
+    """Copy a checkpoint's LoRA weights and config into ``adapter`` (a finished resumed stage)."""
+    import shutil
+
+    adapter.mkdir(parents=True, exist_ok=True)
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        if not (checkpoint / name).is_file():
+            raise ConfigError(f"--resume: {checkpoint} has no {name}")
+        shutil.copy2(checkpoint / name, adapter / name)
+
+
+def _fit(
     base: str,
+    tokenizer: Any,
     examples: Sequence[TrainExample],
     out_dir: Path,
     settings: TrainSettings,
     *,
-    data_source: str,
-    data_sha256: str | None = None,
-    merge: Path | None = None,
-    resume: bool = False,
-) -> StageResult:
-    """Train one LoRA stage (SFT or DPO) on ``examples`` into ``out_dir``; ``merge`` = an adapter
-    merged into the base first (the SFT stage of sft-dpo); ``resume`` continues from the last
-    checkpoint in ``out_dir`` (an error when there is none)."""
+    merge: Path | None,
+    checkpoint: str | None,
+) -> tuple[int, float, int]:
+    """Build the TRL trainer for the stage's kind, train (from ``checkpoint`` if given) and save the
+    adapter into ``out_dir/adapter``; (global step, mean training loss, tokens in one epoch)."""
     from datasets import Dataset
 
-    if not examples:
-        raise ConfigError("no training examples")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = _last_checkpoint(out_dir) if resume else None
-    if resume and checkpoint is None:
-        raise ConfigError(f"--resume: no checkpoint in {out_dir / 'checkpoints'}")
     metrics = out_dir / "metrics.jsonl"
-    start_step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
-    _trim_metrics(metrics, start_step)  # a resumed run re-logs the steps after its checkpoint
     device = _device()
-    tokenizer = load_tokenizer(base)
     model = _base_model(base, device, merge, settings.qlora)
     common = _common_args(settings, out_dir)
     callbacks = [_metrics_callback(metrics)]
-    started = time.monotonic()
     if settings.kind == "sft":
         from trl import SFTConfig, SFTTrainer
 
@@ -296,21 +295,63 @@ def train_stage(
             callbacks=callbacks,
         )
     output = trainer.train(resume_from_checkpoint=checkpoint)
-    seconds = time.monotonic() - started
+    trainer.save_model(str(out_dir / "adapter"))
+    return int(output.global_step), float(output.training_loss), n_tokens
+
+
+def train_stage(
+    base: str,
+    examples: Sequence[TrainExample],
+    out_dir: Path,
+    settings: TrainSettings,
+    *,
+    data_source: str,
+    data_sha256: str | None = None,
+    merge: Path | None = None,
+    resume: bool = False,
+) -> StageResult:
+    """Train one LoRA stage (SFT or DPO) on ``examples`` into ``out_dir``; ``merge`` = an adapter
+    merged into the base first (the SFT stage of sft-dpo); ``resume`` continues from the last
+    checkpoint in ``out_dir`` (an error when there is none; one already at ``max_steps`` is the
+    result: the trainer would skip its batches and then train a step more)."""
+    if not examples:
+        raise ConfigError("no training examples")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = _last_checkpoint(out_dir) if resume else None
+    if resume and checkpoint is None:
+        raise ConfigError(f"--resume: no checkpoint in {out_dir / 'checkpoints'}")
+    metrics = out_dir / "metrics.jsonl"
+    start_step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+    if checkpoint is not None and 0 < settings.max_steps < start_step:
+        raise ConfigError(
+            f"--resume: {checkpoint} is past --max-steps {settings.max_steps}; "
+            "raise --max-steps or train into a fresh --out"
+        )
+    _trim_metrics(metrics, start_step)  # a resumed run re-logs the steps after its checkpoint
+    tokenizer = load_tokenizer(base)
     adapter = out_dir / "adapter"
-    trainer.save_model(str(adapter))
+    started = time.monotonic()
+    if checkpoint is not None and start_step == settings.max_steps:
+        # Already finished: the trainer would skip the seen batches and then train one step more.
+        _adapter_from_checkpoint(Path(checkpoint), adapter)
+        logged = _losses(metrics)
+        steps, train_loss, n_tokens = start_step, (sum(logged) / len(logged) if logged else 0.0), 0
+    else:
+        steps, train_loss, n_tokens = _fit(
+            base, tokenizer, examples, out_dir, settings, merge=merge, checkpoint=checkpoint
+        )
+    seconds = time.monotonic() - started
     tokenizer.save_pretrained(str(adapter))
     chain = adapter / CHAIN_FILE
     if merge is not None:
         chain.write_text(json.dumps({"merged_before": [str(merge.resolve())]}) + "\n", encoding="utf-8")
     elif chain.exists():
         chain.unlink()
-    steps = int(output.global_step)
     epochs_seen = (steps - start_step) * settings.batch_size * settings.grad_accum / max(1, len(examples))
     tokens = int(n_tokens * epochs_seen)
     result = {
         "global_step": steps,
-        "train_loss": float(output.training_loss),
+        "train_loss": float(train_loss),
         "losses": _losses(metrics),
         "seconds": round(seconds, 2),
         "tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else None,
