@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.serve.conftest import Gateway, sse_events
 
@@ -202,3 +204,13 @@ def test_recorded_exchange_is_embedded_by_its_user_turn(gateway: Gateway) -> Non
     for session in sessions:
         expected = embedder.encode([dense_text(session)])[0]
         assert np.allclose(stored[session.id], expected)
+
+
+@pytest.mark.parametrize("text", ["plain ", 'a "quoted"\nline\t', "ünïcödé → ✓", "</script>\\", ""])
+def test_a_content_event_is_the_bytes_of_the_whole_event_serialised(text: str) -> None:
+    from personalign.serve.app import ChunkEvents
+
+    events = ChunkEvents({"id": "chatcmpl-req_1", "created": 1, "model": 'stub "x"'})
+    whole = events.event([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+    assert events.content(text) == whole
+    assert json.loads(whole[6:])["choices"][0]["delta"]["content"] == text

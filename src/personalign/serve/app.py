@@ -479,28 +479,33 @@ def create_app(config: GatewayConfig) -> FastAPI:
         include_usage: bool,
         record: Callable[[str, str | None], Awaitable[None]],
     ) -> AsyncIterator[bytes]:
-        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            payload = {**ident, "object": "chat.completion.chunk", "choices": choices, **extra}
-            return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
-
-        yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        events = ChunkEvents(ident)
+        # the role event goes out with the first content (the headers have gone already), and what
+        # arrived from the upstream in one read goes to the client in one write
+        pending = [
+            events.event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        ]
         parts: list[str] = []
         finish: str | None = None
         usage = None
         started = time.perf_counter()
         try:
-            async for chunk in stream(model, messages, gen):
-                if chunk.text:
-                    parts.append(chunk.text)
-                    yield event([{"index": 0, "delta": {"content": chunk.text}, "finish_reason": None}])
-                if chunk.finish_reason is not None:
-                    finish = chunk.raw_finish_reason or chunk.finish_reason
-                if chunk.usage is not None:
-                    usage = chunk.usage
+            async for batch in stream(model, messages, gen):
+                for chunk in batch:
+                    if chunk.text:
+                        parts.append(chunk.text)
+                        pending.append(events.content(chunk.text))
+                    if chunk.finish_reason is not None:
+                        finish = chunk.raw_finish_reason or chunk.finish_reason
+                    if chunk.usage is not None:
+                        usage = chunk.usage
+                if pending:
+                    yield b"".join(pending)
+                    pending = []
         except ModelCallError as exc:
             metrics.inc("personalign_upstream_errors_total", model=ident["model"])
             payload = {"error": {"message": f"upstream model failed: {exc}", "type": "upstream_error"}}
-            yield b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"
+            yield b"".join([*pending, b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"])
             return
         finally:
             metrics.observe("personalign_upstream_seconds", time.perf_counter() - started)
@@ -508,9 +513,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
             await record("".join(parts), finish)
         except ApiError as exc:
             payload = {"error": {"message": exc.message, "type": exc.kind}}
-            yield b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"
+            yield b"".join([*pending, b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"])
             return
-        yield event([{"index": 0, "delta": {}, "finish_reason": finish or "stop"}])
+        pending.append(events.event([{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]))
         if usage is not None:
             count_tokens(ident["model"], usage.prompt_tokens, usage.completion_tokens)
         if include_usage:
@@ -523,8 +528,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 if usage is not None
                 else None
             )
-            yield event([], usage=counts)
-        yield b"data: [DONE]\n\n"
+            pending.append(events.event([], usage=counts))
+        pending.append(b"data: [DONE]\n\n")
+        yield b"".join(pending)
 
     async def memory_block(found: Retrieval | None, context: ContextIn | None) -> tuple[str, int, int]:
         """The rendered block, the number of memories applied and of sessions shown ('' if none)."""
@@ -674,6 +680,25 @@ def create_app(config: GatewayConfig) -> FastAPI:
 
     app.add_middleware(RequestContext, metrics=metrics)
     return app
+
+
+class ChunkEvents:
+    """The server-sent events of one streamed answer. A content event, sent for every piece, is the
+    JSON-escaped text between a prefix and a suffix made once per answer (the same bytes as
+    serialising the whole event each time, without rebuilding and re-encoding the envelope)."""
+
+    def __init__(self, ident: dict[str, Any]) -> None:
+        self.ident = ident
+        blank = self.event([{"index": 0, "delta": {"content": ""}, "finish_reason": None}])
+        cut = blank.rindex(b'"content": ""') + len(b'"content": ')
+        self._prefix, self._suffix = blank[:cut], blank[cut + 2 :]
+
+    def event(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        payload = {**self.ident, "object": "chat.completion.chunk", "choices": choices, **extra}
+        return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+    def content(self, text: str) -> bytes:
+        return self._prefix + json.dumps(text, ensure_ascii=False).encode("utf-8") + self._suffix
 
 
 def to_message(m: ChatMessage, index: int) -> Message:
