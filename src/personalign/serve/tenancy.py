@@ -27,6 +27,7 @@ from personalign.memory.sqlbase import check_text, validate_messages
 from personalign.memory.stores import open_store
 from personalign.memory.types import MemoryRecord
 from personalign.retrieval import Embedder, load_embedder
+from personalign.retrieval.batching import QueryBatcher
 
 MAX_USER_CHARS = 128
 
@@ -77,6 +78,8 @@ class MemoryService:
     ) -> None:
         self.store = open_store(store)
         self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
+        # concurrent requests' queries share one model call (one client's is encoded at once)
+        self.queries = QueryBatcher(self.embedder) if self.embedder is not None else None
         self.config = config or RetrievalConfig()
         self.shards = max(1, shards)
         self.max_users = max(1, max_users)  # users' indexes kept in memory per tenant (all shards)
@@ -128,11 +131,11 @@ class MemoryService:
 
     def encode(self, text: str) -> npt.NDArray[np.float32] | None:
         """The request encoded once by the embedder (None without one): it serves both the
-        retrieval and, since a recorded exchange is embedded by its user turn, the stored session."""
-        if self.embedder is None or "dense" not in self.config.channels:
+        retrieval and, since a recorded exchange is embedded by its user turn, the stored session.
+        Queries of concurrent requests are encoded together (:class:`QueryBatcher`)."""
+        if self.queries is None or "dense" not in self.config.channels:
             return None
-        vector: npt.NDArray[np.float32] = self.embedder.encode([text])[0]
-        return vector
+        return self.queries.encode_one(text)
 
     def retrieve(
         self,
