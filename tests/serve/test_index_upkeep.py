@@ -89,3 +89,29 @@ def test_recording_a_known_users_turn_is_a_single_write(
     service.record_turn("t", "ana", turn("Second."), session_id="s2", metadata={}, user_vector=qvec)
     service.record_turn("t", "ana", turn("Third."), session_id="s3", metadata={})
     assert calls == [] and view.count_sessions("ana") == 3
+
+
+def test_upkeep_after_an_exchange_prepares_the_index_without_searching_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalign.memory.index import UserIndex
+
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=2)
+    service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
+    service.retrieve("t", "ana", "Lisbon", k_sessions=3, k_memories=3)
+    service.record_turn("t", "ana", turn("Porto trip planning."), session_id="s2", metadata={})
+    searches: list[str] = []
+    original = UserIndex.search_sessions
+    monkeypatch.setattr(
+        UserIndex,
+        "search_sessions",
+        lambda self, query, *a, **k: searches.append(query) or original(self, query, *a, **k),
+    )
+    service.warm("t", "ana")
+    assert searches == []  # upkeep used to run a whole retrieval just to refresh
+    index = service.engine("t", "ana")._indexes["ana"]
+    assert len(index.sessions) == 2 and index._s.bm25.size == 2  # appended and extended, ready
+    assert index._s.dense is not None and index._s.dense.size == 2
+    found = service.retrieve("t", "ana", "Porto trip", k_sessions=1, k_memories=0, refresh=False)
+    assert searches == ["Porto trip"]
+    assert [s.session.turns[0].content for s in found.sessions if s.session] == ["Porto trip planning."]

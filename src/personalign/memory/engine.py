@@ -192,6 +192,12 @@ class MemoryEngine:
                 index.refresh()
             return index
 
+    def refresh(self, user_id: str) -> None:
+        """Catch the user's index up with the store and prepare it for search, without searching
+        (index upkeep off a request path: the next search finds everything ready)."""
+        with self._lock:
+            self._index(user_id).prepare()
+
     def retrieve(
         self,
         user_id: str,

@@ -14,9 +14,11 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,6 +48,7 @@ from personalign.serve.tenancy import MemoryService, memory_json, scoped_id
 from personalign.serve.upstream import Upstreams, stream
 from personalign.types import Message
 
+T = TypeVar("T")
 USER_HEADER = "x-personalign-user"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -65,6 +68,7 @@ class GatewayConfig:
     k_memories: int = 8
     extraction_workers: int = 2
     index_shards: int = 16  # users' search indexes in this many independently locked engines
+    request_threads: int = 32  # threads for the chat path's blocking work (lookup, record, upkeep)
     indexed_users: int = 4096  # users' indexes kept in memory per tenant (least recently searched evicted)
     # Builds the model factory of upstream calls (tests inject scripted backends); default: no cache.
     factory: Callable[[], ModelFactory] | None = None
@@ -244,11 +248,18 @@ def create_app(config: GatewayConfig) -> FastAPI:
     )
     limiter = RateLimiter()
     warming: dict[str, asyncio.Task[None]] = {}
+    # The chat path's blocking work (lookup, record, upkeep) hops straight to its own threads: the
+    # generic anyio hop (cancel scopes, capacity limiter, context copy) cost more event-loop CPU.
+    blocking = ThreadPoolExecutor(max_workers=config.request_threads, thread_name_prefix="gateway")
 
-    async def warm(tenant: str, user: str, query: str, qvec: Any, sid: str) -> None:
+    async def off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the request-path threads."""
+        return await asyncio.get_running_loop().run_in_executor(blocking, partial(fn, *args, **kwargs))
+
+    async def warm(tenant: str, user: str, sid: str) -> None:
         started = time.perf_counter()
         try:
-            await run_in_threadpool(service.warm, tenant, user, query, qvec)
+            await off_loop(service.warm, tenant, user)
             metrics.observe("personalign_index_upkeep_seconds", time.perf_counter() - started)
         except Exception as exc:  # upkeep only: the next request refreshes anyway
             log_event("warm_failed", error=type(exc).__name__)
@@ -281,6 +292,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             if worker is not None:
                 await run_in_threadpool(worker.close)
             await upstreams.aclose()
+            blocking.shutdown(wait=True)
             service.close()
 
     app = FastAPI(
@@ -376,7 +388,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             started = time.perf_counter()
             # while this user's index upkeep runs, search the index as it is rather than queue behind it
             fresh = scoped_id(key.tenant, user) not in warming
-            qvec, found = await run_in_threadpool(  # one hop to the thread pool for all the blocking work
+            qvec, found = await off_loop(  # one hop to the thread pool for all the blocking work
                 service.lookup, key.tenant, user, last_user,
                 k_sessions=config.k_sessions, k_memories=config.k_memories, refresh=fresh,
             )  # fmt: skip
@@ -411,7 +423,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             recording = time.perf_counter()
             turn_id = "turn_" + secrets.token_hex(8)  # unique: a client's request id may repeat
             try:
-                await run_in_threadpool(
+                await off_loop(
                     service.record_turn, key.tenant, user, exchange, session_id=turn_id, metadata=meta,
                     user_vector=qvec,
                 )  # fmt: skip
@@ -424,7 +436,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             if worker is not None:
                 worker.submit(key.tenant, user)
             if sid not in warming:  # index upkeep after the answer, not before the next one
-                warming[sid] = asyncio.create_task(warm(key.tenant, user, last_user, qvec, sid))
+                warming[sid] = asyncio.create_task(warm(key.tenant, user, sid))
 
         created = int(time.time())
         ident = {"id": "chatcmpl-" + request_id, "created": created, "model": upstream.name}

@@ -232,17 +232,15 @@ class MemoryService:
         )
         return view.add_sessions(user, [new])[0]
 
-    def warm(self, tenant: str, user: str, query: str, query_vector: npt.NDArray[np.float32] | None) -> None:
-        """Bring the user's index up to date (new sessions appended, BM25 rebuilt) off the request path."""
+    def warm(self, tenant: str, user: str) -> None:
+        """Bring the user's index up to date (new sessions appended, BM25 extended, dense matrix
+        rebuilt) off the request path; no search is run (it used to run a whole retrieval)."""
         if self.view(tenant).has_user(user):
-            self.engine(tenant, user).retrieve(
-                user, query, k_sessions=1, k_memories=1, query_vector=query_vector
-            )
+            self.engine(tenant, user).refresh(user)
 
     def refresh(self, tenant: str, user: str) -> None:
         """Bring a user's index up to date now (after a memory write or delete through the API)."""
-        if self.view(tenant).has_user(user):
-            self.engine(tenant, user).retrieve(user, "refresh", k_sessions=0, k_memories=0)
+        self.warm(tenant, user)
 
     # --- REST API ----------------------------------------------------------------------------
 
