@@ -214,3 +214,31 @@ def test_a_content_event_is_the_bytes_of_the_whole_event_serialised(text: str) -
     whole = events.event([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
     assert events.content(text) == whole
     assert json.loads(whole[6:])["choices"][0]["delta"]["content"] == text
+
+
+def test_each_request_encodes_its_query_once_and_nothing_else(gateway_factory: Any) -> None:
+    from personalign.retrieval import HashingEmbedder
+    from personalign.retrieval.batching import QueryBatcher
+
+    class Counting(HashingEmbedder):
+        def __init__(self) -> None:
+            super().__init__(512)  # the gateway's "hash" embedder, same name: the stored vectors fit
+            self.calls: list[list[str]] = []
+
+        def encode(self, texts: Any) -> Any:
+            self.calls.append(list(texts))
+            return super().encode(texts)
+
+    gw = gateway_factory()
+    service = gw.server.app.state.service
+    counting = Counting()
+    service.embedder, service.queries = counting, QueryBatcher(counting)
+    texts = [f"Plan the Lisbon trip, part {i}." for i in range(4)]
+    for i, text in enumerate(texts):
+        if i % 2:
+            assert stream(gw, text)[1][-1] == "[DONE]"
+        else:
+            assert gw.chat(text).status_code == 200
+    time.sleep(0.3)  # index upkeep after the last answer
+    # the retrieval, the stored session's embedding and the upkeep all reuse the one encoding
+    assert counting.calls == [[t] for t in texts]
