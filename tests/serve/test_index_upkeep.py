@@ -115,3 +115,27 @@ def test_upkeep_after_an_exchange_prepares_the_index_without_searching_it(
     found = service.retrieve("t", "ana", "Porto trip", k_sessions=1, k_memories=0, refresh=False)
     assert searches == ["Porto trip"]
     assert [s.session.turns[0].content for s in found.sessions if s.session] == ["Porto trip planning."]
+
+
+def test_a_lookup_reads_the_user_row_once_and_keeps_nothing_for_unknown_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=1)
+    engine = service.engine("t", "nobody")
+    assert service.lookup("t", "nobody", "Lisbon", k_sessions=3, k_memories=3)[1] is None
+    assert engine._indexes == {}  # an unknown user's (empty) index is not cached
+    service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
+    view = service.view("t")
+    reads: list[str] = []
+    for name in ("has_user", "user_version"):
+        original = getattr(view, name)
+        monkeypatch.setattr(view, name, lambda *a, _o=original, _n=name: reads.append(_n) or _o(*a))
+    found = service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)[1]
+    assert found is not None and len(found.sessions) == 1
+    assert reads == ["user_version"]  # the existence check and the refresh read the same row
+    reads.clear()
+    service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3, refresh=False)
+    assert reads == ["has_user"]  # a search of the index as it is still checks the user exists
+    service.view("t").delete_user("ana")  # deleted behind the engine's back (another replica)
+    assert service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)[1] is None
+    assert "ana" not in engine._indexes

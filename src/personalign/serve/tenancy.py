@@ -10,6 +10,7 @@ Each engine keeps at most ``max_users // shards`` users' indexes (least recently
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Mapping, Sequence
@@ -168,17 +169,23 @@ class MemoryService:
         the gateway): the query encoded once (:meth:`encode`) and what is retrieved for it (None
         when the user has no history yet)."""
         qvec = self.encode(query)
-        if not self.view(tenant).has_user(check_user(user)):
+        check_user(user)
+        # a refreshing search reads the user's row anyway (and raises for an unknown user); one
+        # that searches the index as it is asks the store first (the user may be gone since)
+        if not refresh and not self.view(tenant).has_user(user):
             return qvec, None
-        found = self.engine(tenant, user).retrieve(
-            user,
-            query,
-            k_sessions=k_sessions,
-            k_memories=k_memories,
-            include_history=True,
-            query_vector=qvec,
-            refresh=refresh,
-        )
+        try:
+            found = self.engine(tenant, user).retrieve(
+                user,
+                query,
+                k_sessions=k_sessions,
+                k_memories=k_memories,
+                include_history=True,
+                query_vector=qvec,
+                refresh=refresh,
+            )
+        except UnknownUserError:  # no history yet
+            return qvec, None
         return qvec, found
 
     def check_exchange(self, messages: Sequence[Mapping[str, str]]) -> None:
@@ -235,7 +242,7 @@ class MemoryService:
     def warm(self, tenant: str, user: str) -> None:
         """Bring the user's index up to date (new sessions appended, BM25 extended, dense matrix
         rebuilt) off the request path; no search is run (it used to run a whole retrieval)."""
-        if self.view(tenant).has_user(user):
+        with contextlib.suppress(UnknownUserError):  # deleted meanwhile: nothing to keep up
             self.engine(tenant, user).refresh(user)
 
     def refresh(self, tenant: str, user: str) -> None:
