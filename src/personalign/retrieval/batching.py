@@ -9,7 +9,7 @@ the model one by one. Each caller gets the row of its own text.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,10 @@ class QueryBatcher:
         self._queue: list[_Slot] = []
         self._busy = False
         self._lock = threading.Lock()
+        # an embedder's own entry for batches of queries (MiniLM: its one-thread session), if any
+        self._encode_queries: Callable[[Sequence[str]], Matrix] = getattr(
+            embedder, "encode_queries", embedder.encode
+        )
 
     def encode(self, texts: Sequence[str]) -> Matrix:
         """Several texts (one call of the embedder, not batched with others)."""
@@ -67,7 +71,7 @@ class QueryBatcher:
             batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
             self.batches += 1
         try:
-            rows = self.embedder.encode([s.text for s in batch])
+            rows = self._encode_queries([s.text for s in batch])
             for n, slot in enumerate(batch):
                 slot.vector = rows[n]
         except BaseException as exc:  # every caller of the batch sees the failure
