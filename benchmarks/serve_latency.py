@@ -1,7 +1,7 @@
 """Latency the gateway adds over calling the upstream directly, with retrieval on a large store.
 
     .venv/bin/python benchmarks/serve_latency.py [--sessions 100000] [--per-user 100] [--latency 0.1]
-        [--postgres auto|URL] [--replicas 1,2] [--store PATH.sqlite]
+        [--postgres auto|URL [--queries PATH.json]] [--replicas 1,2] [--store PATH.sqlite]
         [--concurrency 1,32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
 
 1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions
@@ -280,6 +280,9 @@ def main() -> None:
     parser.add_argument("--store", help="reuse a filled SQLite store (skips filling)")
     parser.add_argument("--postgres", help="'auto' (a throwaway server) or an empty database's URL")
     parser.add_argument(
+        "--queries", help="with --postgres URL: the database is already filled, these are its queries (JSON)"
+    )
+    parser.add_argument(
         "--replicas", default="1", help="gateway processes sharing the store; a list (1,2) measures each"
     )
     # internal: the gateway process
@@ -297,7 +300,10 @@ def main() -> None:
         started = time.perf_counter()
         if pg_url is not None:
             store = pg_url
-            queries = fill_store(store, ns.sessions, ns.per_user, embedder)
+            if ns.queries:  # filled by an earlier run (its queries file kept)
+                queries = json.loads(Path(ns.queries).read_text())
+            else:
+                queries = fill_store(store, ns.sessions, ns.per_user, embedder)
         else:
             path = Path(ns.store or Path(tmp) / "gateway.sqlite")
             store = str(path)

@@ -234,3 +234,125 @@ def test_encoded_body_is_the_payload_as_compact_json(mode: str) -> None:
     ):
         expected = json.dumps(backend.payload(messages, config), ensure_ascii=False, separators=(",", ":"))
         assert backend.encode_payload(messages, config) == expected.encode("utf-8")
+
+
+def sse_chunked(events: list[str], split: bool) -> list[bytes]:
+    """A chunked SSE response as the writes a server makes: one per event (``split``: each write
+    also cut in two, so chunk framing straddles reads), then the terminating chunk."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    writes = [head]
+    for event in events:
+        data = f"data: {event}\n\n".encode()
+        framed = b"%x\r\n" % len(data) + data + b"\r\n"
+        writes += [framed[:7], framed[7:]] if split else [framed]
+    return [*writes, b"0\r\n\r\n"]
+
+
+def stream_events(text: str) -> list[str]:
+    words = text.split(" ")
+    events = [
+        json.dumps({"choices": [{"delta": {"content": w + " "}, "finish_reason": None}]}) for w in words
+    ]
+    events.append(
+        json.dumps({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 2}})
+    )
+    return [*events, "[DONE]"]
+
+
+def sse_handler(split: bool, pause: float = 0.0) -> Handler:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        while True:
+            _, body = await read_request(reader)
+            text = json.loads(body)["messages"][0]["content"]
+            for piece in sse_chunked(stream_events(text), split):
+                writer.write(piece)
+                await writer.drain()
+                if pause:
+                    await asyncio.sleep(pause)
+
+    return handler
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_streamed_answers_are_decoded_and_reuse_one_keep_alive_connection(split: bool) -> None:
+    async def scenario(url: str) -> list[str]:
+        backend = OpenAICompatBackend(parse_model_spec(f"openai-compat/m@{url}"))
+        assert backend._lean is not None
+        answers = []
+        try:
+            for text in ("one two three", "ünï cödé", "last"):
+                pieces = [
+                    c
+                    async for c in backend.stream(
+                        [Message(role="user", content=text)], GenerateConfig(), timeout=2
+                    )
+                ]
+                assert pieces[-1].finish_reason == "stop" and pieces[-1].usage is not None
+                answers.append("".join(p.text for p in pieces))
+        finally:
+            await backend.aclose()
+        return answers
+
+    answers, connections = asyncio.run(serve(sse_handler(split, pause=0.002), scenario))
+    assert answers == ["one two three ", "ünï cödé ", "last "]
+    assert connections == [1]  # the old streaming client opened a connection per answer
+
+
+def test_stream_batches_group_the_events_of_one_read() -> None:
+    async def scenario(url: str) -> list[list[str]]:
+        backend = OpenAICompatBackend(parse_model_spec(f"openai-compat/m@{url}"))
+        try:
+            return [
+                [c.text for c in batch]
+                async for batch in backend.stream_batches(
+                    [Message(role="user", content="a b c d")], GenerateConfig(), timeout=2
+                )
+            ]
+        finally:
+            await backend.aclose()
+
+    async def at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        await read_request(reader)
+        writer.write(b"".join(sse_chunked(stream_events("a b c d"), split=False)))  # one write
+        await writer.drain()
+
+    batches, _ = asyncio.run(serve(at_once, scenario))
+    assert batches == [["a ", "b ", "c ", "d ", ""]]
+
+
+def test_an_abandoned_stream_closes_its_connection() -> None:
+    async def scenario(url: str) -> list[bytes]:
+        pool = Http1Pool(url, max_connections=1, headers={})
+        body = json.dumps({"messages": [{"content": "x y z"}]}).encode()
+        try:
+            async with pool.stream("/c", body, content_type="application/json", timeout=2) as response:
+                first = [piece async for piece in _take_one(response.pieces())]
+            async with pool.stream("/c", body, content_type="application/json", timeout=2) as response:
+                whole = await response.read()
+            return [first[0], whole]
+        finally:
+            await pool.aclose()
+
+    (first, whole), connections = asyncio.run(serve(sse_handler(split=False, pause=0.01), scenario))
+    assert first.startswith(b"data: ") and whole.endswith(b"data: [DONE]\n\n")
+    assert connections == [1, 2]  # the half-read body could not carry another request
+
+
+async def _take_one(pieces: Any) -> Any:
+    async for piece in pieces:
+        yield piece
+        return
+
+
+def test_dechunker_fed_byte_by_byte() -> None:
+    from personalign.llm.backends._http1 import _Dechunker
+
+    body = b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+    decoder, out, done = _Dechunker(), b"", False
+    for i in range(len(body)):
+        piece, done = decoder.feed(body[i : i + 1])
+        out += piece
+        assert not done or i == len(body) - 1
+    assert out == b"hello world" and done
+    with pytest.raises(ValueError):
+        _Dechunker().feed(b"3\r\nabcXX")

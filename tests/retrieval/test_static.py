@@ -31,6 +31,22 @@ def test_single_query_runs_on_a_one_thread_session_with_the_same_embedding(
     assert minilm._session_for(len(TEXTS)).get_session_options().intra_op_num_threads == 2
 
 
+def test_query_batches_run_on_the_one_thread_session_with_the_same_embeddings(
+    minilm: MiniLMOnnxEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalign.retrieval.batching import QueryBatcher
+
+    expected = minilm.encode(TEXTS)
+    used: list[int] = []
+    session_for = minilm._session_for
+    monkeypatch.setattr(minilm, "_session_for", lambda rows: used.append(rows) or session_for(rows))
+    assert np.abs(minilm.encode_queries(TEXTS) - expected).max() < 1e-5
+    assert used == [1]  # a batch of queries on the one-thread session
+    batcher = QueryBatcher(minilm)
+    assert batcher._encode_queries == minilm.encode_queries
+    assert np.abs(batcher.encode_one(TEXTS[0]) - expected[0]).max() < 1e-5
+
+
 def test_pool_ids_of_one_token_matches_encoding_that_word(minilm: MiniLMOnnxEmbedder) -> None:
     tok = minilm.tokenizer
     word_id = tok.token_to_id("mountain")

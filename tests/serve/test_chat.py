@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.serve.conftest import Gateway, sse_events
 
@@ -202,3 +204,41 @@ def test_recorded_exchange_is_embedded_by_its_user_turn(gateway: Gateway) -> Non
     for session in sessions:
         expected = embedder.encode([dense_text(session)])[0]
         assert np.allclose(stored[session.id], expected)
+
+
+@pytest.mark.parametrize("text", ["plain ", 'a "quoted"\nline\t', "ünïcödé → ✓", "</script>\\", ""])
+def test_a_content_event_is_the_bytes_of_the_whole_event_serialised(text: str) -> None:
+    from personalign.serve.app import ChunkEvents
+
+    events = ChunkEvents({"id": "chatcmpl-req_1", "created": 1, "model": 'stub "x"'})
+    whole = events.event([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+    assert events.content(text) == whole
+    assert json.loads(whole[6:])["choices"][0]["delta"]["content"] == text
+
+
+def test_each_request_encodes_its_query_once_and_nothing_else(gateway_factory: Any) -> None:
+    from personalign.retrieval import HashingEmbedder
+    from personalign.retrieval.batching import QueryBatcher
+
+    class Counting(HashingEmbedder):
+        def __init__(self) -> None:
+            super().__init__(512)  # the gateway's "hash" embedder, same name: the stored vectors fit
+            self.calls: list[list[str]] = []
+
+        def encode(self, texts: Any) -> Any:
+            self.calls.append(list(texts))
+            return super().encode(texts)
+
+    gw = gateway_factory()
+    service = gw.server.app.state.service
+    counting = Counting()
+    service.embedder, service.queries = counting, QueryBatcher(counting)
+    texts = [f"Plan the Lisbon trip, part {i}." for i in range(4)]
+    for i, text in enumerate(texts):
+        if i % 2:
+            assert stream(gw, text)[1][-1] == "[DONE]"
+        else:
+            assert gw.chat(text).status_code == 200
+    time.sleep(0.3)  # index upkeep after the last answer
+    # the retrieval, the stored session's embedding and the upkeep all reuse the one encoding
+    assert counting.calls == [[t] for t in texts]

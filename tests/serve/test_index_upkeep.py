@@ -89,3 +89,53 @@ def test_recording_a_known_users_turn_is_a_single_write(
     service.record_turn("t", "ana", turn("Second."), session_id="s2", metadata={}, user_vector=qvec)
     service.record_turn("t", "ana", turn("Third."), session_id="s3", metadata={})
     assert calls == [] and view.count_sessions("ana") == 3
+
+
+def test_upkeep_after_an_exchange_prepares_the_index_without_searching_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalign.memory.index import UserIndex
+
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=2)
+    service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
+    service.retrieve("t", "ana", "Lisbon", k_sessions=3, k_memories=3)
+    service.record_turn("t", "ana", turn("Porto trip planning."), session_id="s2", metadata={})
+    searches: list[str] = []
+    original = UserIndex.search_sessions
+    monkeypatch.setattr(
+        UserIndex,
+        "search_sessions",
+        lambda self, query, *a, **k: searches.append(query) or original(self, query, *a, **k),
+    )
+    service.warm("t", "ana")
+    assert searches == []  # upkeep used to run a whole retrieval just to refresh
+    index = service.engine("t", "ana")._indexes["ana"]
+    assert len(index.sessions) == 2 and index._s.bm25.size == 2  # appended and extended, ready
+    assert index._s.dense is not None and index._s.dense.size == 2
+    found = service.retrieve("t", "ana", "Porto trip", k_sessions=1, k_memories=0, refresh=False)
+    assert searches == ["Porto trip"]
+    assert [s.session.turns[0].content for s in found.sessions if s.session] == ["Porto trip planning."]
+
+
+def test_a_lookup_reads_the_user_row_once_and_keeps_nothing_for_unknown_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash", shards=1)
+    engine = service.engine("t", "nobody")
+    assert service.lookup("t", "nobody", "Lisbon", k_sessions=3, k_memories=3)[1] is None
+    assert engine._indexes == {}  # an unknown user's (empty) index is not cached
+    service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
+    view = service.view("t")
+    reads: list[str] = []
+    for name in ("has_user", "user_version"):
+        original = getattr(view, name)
+        monkeypatch.setattr(view, name, lambda *a, _o=original, _n=name: reads.append(_n) or _o(*a))
+    found = service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)[1]
+    assert found is not None and len(found.sessions) == 1
+    assert reads == ["user_version"]  # the existence check and the refresh read the same row
+    reads.clear()
+    service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3, refresh=False)
+    assert reads == ["has_user"]  # a search of the index as it is still checks the user exists
+    service.view("t").delete_user("ana")  # deleted behind the engine's back (another replica)
+    assert service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)[1] is None
+    assert "ana" not in engine._indexes

@@ -97,3 +97,21 @@ def test_logs_are_json_without_secrets_text_or_user_ids(gateway: Gateway, caplog
 def test_healthz_needs_no_key(gateway: Gateway) -> None:
     r = gateway.client.get("/healthz")
     assert r.status_code == 200 and r.json() == {"status": "ok"} and "x-request-id" in r.headers
+
+
+def test_a_log_line_the_logger_would_drop_is_not_serialised(caplog: Any) -> None:
+    from personalign.serve.observe import log_event
+
+    rendered: list[int] = []
+
+    class Field:
+        def __str__(self) -> str:
+            rendered.append(1)
+            return "field"
+
+    caplog.set_level(logging.WARNING, logger="personalign.serve")
+    log_event("request", value=Field())
+    assert rendered == []  # the access line cost a JSON dump per request even with INFO off
+    caplog.set_level(logging.INFO, logger="personalign.serve")
+    log_event("request", value=Field())
+    assert rendered == [1] and '"value": "field"' in caplog.records[-1].getMessage()

@@ -181,16 +181,28 @@ class MemoryEngine:
         with self._lock:
             index = self._indexes.get(user_id)
             if index is None:
-                index = self._indexes[user_id] = UserIndex(self.store, user_id, self.embedder)
-                refresh = True
+                index = UserIndex(self.store, user_id, self.embedder)
+                index.refresh()  # an unknown user raises here, before anything is kept for them
+                refresh = False
+                self._indexes[user_id] = index
                 if self.max_users is not None:
                     while len(self._indexes) > self.max_users:
                         self._indexes.popitem(last=False)  # evict the least recently searched user
             else:
                 self._indexes.move_to_end(user_id)
             if refresh:
-                index.refresh()
+                try:
+                    index.refresh()
+                except UnknownUserError:  # deleted (through another engine or replica): drop it
+                    self._indexes.pop(user_id, None)
+                    raise
             return index
+
+    def refresh(self, user_id: str) -> None:
+        """Catch the user's index up with the store and prepare it for search, without searching
+        (index upkeep off a request path: the next search finds everything ready)."""
+        with self._lock:
+            self._index(user_id).prepare()
 
     def retrieve(
         self,

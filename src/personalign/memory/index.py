@@ -92,6 +92,14 @@ class UserIndex:
         self._refresh_memories()
         self._revision = revision
 
+    def prepare(self) -> None:
+        """Bring every search structure up to date now (BM25 extended, dense matrix rebuilt), so the
+        next search pays for none of it (they are otherwise updated lazily by the first search)."""
+        for units in (self._s, self._m):
+            units.lexical()
+            if self.embedder is not None:
+                units.vectors(self.embedder)
+
     def _refresh_sessions(self) -> None:
         count, last = self.store.session_span(self.user_id)
         new = (

@@ -14,9 +14,11 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,6 +48,7 @@ from personalign.serve.tenancy import MemoryService, memory_json, scoped_id
 from personalign.serve.upstream import Upstreams, stream
 from personalign.types import Message
 
+T = TypeVar("T")
 USER_HEADER = "x-personalign-user"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -65,6 +68,7 @@ class GatewayConfig:
     k_memories: int = 8
     extraction_workers: int = 2
     index_shards: int = 16  # users' search indexes in this many independently locked engines
+    request_threads: int = 32  # threads for the chat path's blocking work (lookup, record, upkeep)
     indexed_users: int = 4096  # users' indexes kept in memory per tenant (least recently searched evicted)
     # Builds the model factory of upstream calls (tests inject scripted backends); default: no cache.
     factory: Callable[[], ModelFactory] | None = None
@@ -244,11 +248,18 @@ def create_app(config: GatewayConfig) -> FastAPI:
     )
     limiter = RateLimiter()
     warming: dict[str, asyncio.Task[None]] = {}
+    # The chat path's blocking work (lookup, record, upkeep) hops straight to its own threads: the
+    # generic anyio hop (cancel scopes, capacity limiter, context copy) cost more event-loop CPU.
+    blocking = ThreadPoolExecutor(max_workers=config.request_threads, thread_name_prefix="gateway")
 
-    async def warm(tenant: str, user: str, query: str, qvec: Any, sid: str) -> None:
+    async def off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the request-path threads."""
+        return await asyncio.get_running_loop().run_in_executor(blocking, partial(fn, *args, **kwargs))
+
+    async def warm(tenant: str, user: str, sid: str) -> None:
         started = time.perf_counter()
         try:
-            await run_in_threadpool(service.warm, tenant, user, query, qvec)
+            await off_loop(service.warm, tenant, user)
             metrics.observe("personalign_index_upkeep_seconds", time.perf_counter() - started)
         except Exception as exc:  # upkeep only: the next request refreshes anyway
             log_event("warm_failed", error=type(exc).__name__)
@@ -281,6 +292,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             if worker is not None:
                 await run_in_threadpool(worker.close)
             await upstreams.aclose()
+            blocking.shutdown(wait=True)
             service.close()
 
     app = FastAPI(
@@ -376,7 +388,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             started = time.perf_counter()
             # while this user's index upkeep runs, search the index as it is rather than queue behind it
             fresh = scoped_id(key.tenant, user) not in warming
-            qvec, found = await run_in_threadpool(  # one hop to the thread pool for all the blocking work
+            qvec, found = await off_loop(  # one hop to the thread pool for all the blocking work
                 service.lookup, key.tenant, user, last_user,
                 k_sessions=config.k_sessions, k_memories=config.k_memories, refresh=fresh,
             )  # fmt: skip
@@ -411,7 +423,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             recording = time.perf_counter()
             turn_id = "turn_" + secrets.token_hex(8)  # unique: a client's request id may repeat
             try:
-                await run_in_threadpool(
+                await off_loop(
                     service.record_turn, key.tenant, user, exchange, session_id=turn_id, metadata=meta,
                     user_vector=qvec,
                 )  # fmt: skip
@@ -424,7 +436,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             if worker is not None:
                 worker.submit(key.tenant, user)
             if sid not in warming:  # index upkeep after the answer, not before the next one
-                warming[sid] = asyncio.create_task(warm(key.tenant, user, last_user, qvec, sid))
+                warming[sid] = asyncio.create_task(warm(key.tenant, user, sid))
 
         created = int(time.time())
         ident = {"id": "chatcmpl-" + request_id, "created": created, "model": upstream.name}
@@ -479,28 +491,33 @@ def create_app(config: GatewayConfig) -> FastAPI:
         include_usage: bool,
         record: Callable[[str, str | None], Awaitable[None]],
     ) -> AsyncIterator[bytes]:
-        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            payload = {**ident, "object": "chat.completion.chunk", "choices": choices, **extra}
-            return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
-
-        yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        events = ChunkEvents(ident)
+        # the role event goes out with the first content (the headers have gone already), and what
+        # arrived from the upstream in one read goes to the client in one write
+        pending = [
+            events.event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        ]
         parts: list[str] = []
         finish: str | None = None
         usage = None
         started = time.perf_counter()
         try:
-            async for chunk in stream(model, messages, gen):
-                if chunk.text:
-                    parts.append(chunk.text)
-                    yield event([{"index": 0, "delta": {"content": chunk.text}, "finish_reason": None}])
-                if chunk.finish_reason is not None:
-                    finish = chunk.raw_finish_reason or chunk.finish_reason
-                if chunk.usage is not None:
-                    usage = chunk.usage
+            async for batch in stream(model, messages, gen):
+                for chunk in batch:
+                    if chunk.text:
+                        parts.append(chunk.text)
+                        pending.append(events.content(chunk.text))
+                    if chunk.finish_reason is not None:
+                        finish = chunk.raw_finish_reason or chunk.finish_reason
+                    if chunk.usage is not None:
+                        usage = chunk.usage
+                if pending:
+                    yield b"".join(pending)
+                    pending = []
         except ModelCallError as exc:
             metrics.inc("personalign_upstream_errors_total", model=ident["model"])
             payload = {"error": {"message": f"upstream model failed: {exc}", "type": "upstream_error"}}
-            yield b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"
+            yield b"".join([*pending, b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"])
             return
         finally:
             metrics.observe("personalign_upstream_seconds", time.perf_counter() - started)
@@ -508,9 +525,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
             await record("".join(parts), finish)
         except ApiError as exc:
             payload = {"error": {"message": exc.message, "type": exc.kind}}
-            yield b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"
+            yield b"".join([*pending, b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n"])
             return
-        yield event([{"index": 0, "delta": {}, "finish_reason": finish or "stop"}])
+        pending.append(events.event([{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]))
         if usage is not None:
             count_tokens(ident["model"], usage.prompt_tokens, usage.completion_tokens)
         if include_usage:
@@ -523,8 +540,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 if usage is not None
                 else None
             )
-            yield event([], usage=counts)
-        yield b"data: [DONE]\n\n"
+            pending.append(events.event([], usage=counts))
+        pending.append(b"data: [DONE]\n\n")
+        yield b"".join(pending)
 
     async def memory_block(found: Retrieval | None, context: ContextIn | None) -> tuple[str, int, int]:
         """The rendered block, the number of memories applied and of sessions shown ('' if none)."""
@@ -674,6 +692,25 @@ def create_app(config: GatewayConfig) -> FastAPI:
 
     app.add_middleware(RequestContext, metrics=metrics)
     return app
+
+
+class ChunkEvents:
+    """The server-sent events of one streamed answer. A content event, sent for every piece, is the
+    JSON-escaped text between a prefix and a suffix made once per answer (the same bytes as
+    serialising the whole event each time, without rebuilding and re-encoding the envelope)."""
+
+    def __init__(self, ident: dict[str, Any]) -> None:
+        self.ident = ident
+        blank = self.event([{"index": 0, "delta": {"content": ""}, "finish_reason": None}])
+        cut = blank.rindex(b'"content": ""') + len(b'"content": ')
+        self._prefix, self._suffix = blank[:cut], blank[cut + 2 :]
+
+    def event(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        payload = {**self.ident, "object": "chat.completion.chunk", "choices": choices, **extra}
+        return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+    def content(self, text: str) -> bytes:
+        return self._prefix + json.dumps(text, ensure_ascii=False).encode("utf-8") + self._suffix
 
 
 def to_message(m: ChatMessage, index: int) -> Message:

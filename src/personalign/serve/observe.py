@@ -142,7 +142,10 @@ def user_ref(tenant: str, user: str) -> str:
 
 
 def log_event(event: str, **fields: Any) -> None:
-    """One JSON log line; callers pass ids, counts and timings only (no text, no secrets)."""
+    """One JSON log line; callers pass ids, counts and timings only (no text, no secrets). Nothing
+    is serialised when the logger would drop the line (the access line runs on every request)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
     log.info(json.dumps({"event": event, "ts": round(time.time(), 3), **fields}, default=str))
 
 

@@ -10,6 +10,7 @@ Each engine keeps at most ``max_users // shards`` users' indexes (least recently
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from personalign.memory.sqlbase import check_text, validate_messages
 from personalign.memory.stores import open_store
 from personalign.memory.types import MemoryRecord
 from personalign.retrieval import Embedder, load_embedder
+from personalign.retrieval.batching import QueryBatcher
 
 MAX_USER_CHARS = 128
 
@@ -77,6 +79,8 @@ class MemoryService:
     ) -> None:
         self.store = open_store(store)
         self.embedder: Embedder | None = load_embedder(embedder) if isinstance(embedder, str) else embedder
+        # concurrent requests' queries share one model call (one client's is encoded at once)
+        self.queries = QueryBatcher(self.embedder) if self.embedder is not None else None
         self.config = config or RetrievalConfig()
         self.shards = max(1, shards)
         self.max_users = max(1, max_users)  # users' indexes kept in memory per tenant (all shards)
@@ -128,11 +132,11 @@ class MemoryService:
 
     def encode(self, text: str) -> npt.NDArray[np.float32] | None:
         """The request encoded once by the embedder (None without one): it serves both the
-        retrieval and, since a recorded exchange is embedded by its user turn, the stored session."""
-        if self.embedder is None or "dense" not in self.config.channels:
+        retrieval and, since a recorded exchange is embedded by its user turn, the stored session.
+        Queries of concurrent requests are encoded together (:class:`QueryBatcher`)."""
+        if self.queries is None or "dense" not in self.config.channels:
             return None
-        vector: npt.NDArray[np.float32] = self.embedder.encode([text])[0]
-        return vector
+        return self.queries.encode_one(text)
 
     def retrieve(
         self,
@@ -165,17 +169,23 @@ class MemoryService:
         the gateway): the query encoded once (:meth:`encode`) and what is retrieved for it (None
         when the user has no history yet)."""
         qvec = self.encode(query)
-        if not self.view(tenant).has_user(check_user(user)):
+        check_user(user)
+        # a refreshing search reads the user's row anyway (and raises for an unknown user); one
+        # that searches the index as it is asks the store first (the user may be gone since)
+        if not refresh and not self.view(tenant).has_user(user):
             return qvec, None
-        found = self.engine(tenant, user).retrieve(
-            user,
-            query,
-            k_sessions=k_sessions,
-            k_memories=k_memories,
-            include_history=True,
-            query_vector=qvec,
-            refresh=refresh,
-        )
+        try:
+            found = self.engine(tenant, user).retrieve(
+                user,
+                query,
+                k_sessions=k_sessions,
+                k_memories=k_memories,
+                include_history=True,
+                query_vector=qvec,
+                refresh=refresh,
+            )
+        except UnknownUserError:  # no history yet
+            return qvec, None
         return qvec, found
 
     def check_exchange(self, messages: Sequence[Mapping[str, str]]) -> None:
@@ -229,17 +239,15 @@ class MemoryService:
         )
         return view.add_sessions(user, [new])[0]
 
-    def warm(self, tenant: str, user: str, query: str, query_vector: npt.NDArray[np.float32] | None) -> None:
-        """Bring the user's index up to date (new sessions appended, BM25 rebuilt) off the request path."""
-        if self.view(tenant).has_user(user):
-            self.engine(tenant, user).retrieve(
-                user, query, k_sessions=1, k_memories=1, query_vector=query_vector
-            )
+    def warm(self, tenant: str, user: str) -> None:
+        """Bring the user's index up to date (new sessions appended, BM25 extended, dense matrix
+        rebuilt) off the request path; no search is run (it used to run a whole retrieval)."""
+        with contextlib.suppress(UnknownUserError):  # deleted meanwhile: nothing to keep up
+            self.engine(tenant, user).refresh(user)
 
     def refresh(self, tenant: str, user: str) -> None:
         """Bring a user's index up to date now (after a memory write or delete through the API)."""
-        if self.view(tenant).has_user(user):
-            self.engine(tenant, user).retrieve(user, "refresh", k_sessions=0, k_memories=0)
+        self.warm(tenant, user)
 
     # --- REST API ----------------------------------------------------------------------------
 

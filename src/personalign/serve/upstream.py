@@ -65,24 +65,38 @@ _PIECE = re.compile(r"\S+\s*|\s+")
 
 async def stream(
     model: Model, messages: Sequence[Message], config: GenerateConfig
-) -> AsyncIterator[StreamChunk]:
-    """The answer in pieces, usage recorded with the model's tracker; `ModelCallError` on failure."""
-    backend_stream = getattr(model.backend, "stream", None)
-    if backend_stream is None:
+) -> AsyncIterator[list[StreamChunk]]:
+    """The answer in pieces, grouped by arrival (each group can go to the client in one write),
+    usage recorded with the model's tracker; `ModelCallError` on failure."""
+    backend = model.backend
+    batches = getattr(backend, "stream_batches", None)
+    single = getattr(backend, "stream", None)
+    if batches is None and single is None:
         completion = await model.complete(messages, config)
-        for piece in _PIECE.findall(completion.text):
-            yield StreamChunk(text=piece)
-        yield StreamChunk(
+        pieces = [StreamChunk(text=piece) for piece in _PIECE.findall(completion.text)]
+        last = StreamChunk(
             finish_reason=completion.finish_reason,
             usage=completion.usage,
             raw_finish_reason=completion.finish_reason,
         )
+        yield [*pieces, last]
         return
     model.tracker.check_budget()
     usage = None
-    async for chunk in backend_stream(messages, config, timeout=model.spec.timeout):
-        if chunk.usage is not None:
-            usage = chunk.usage
-        yield chunk
+    if batches is not None:
+        source = batches(messages, config, timeout=model.spec.timeout)
+    else:
+        assert single is not None
+        source = _one_by_one(single(messages, config, timeout=model.spec.timeout))
+    async for batch in source:
+        for chunk in batch:
+            if chunk.usage is not None:
+                usage = chunk.usage
+        yield batch
     if usage is not None:
         model.tracker.record_call(model.label, usage, model.prices.cost(model.spec, usage), 0)
+
+
+async def _one_by_one(chunks: AsyncIterator[StreamChunk]) -> AsyncIterator[list[StreamChunk]]:
+    async for chunk in chunks:
+        yield [chunk]

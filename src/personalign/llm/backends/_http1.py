@@ -10,7 +10,11 @@ a JSON POST to such a server needs, at about 0.15 ms per request:
   transfer encoding, or until the server closes the connection;
 - an idle connection the server has closed is dropped before reuse (as httpcore does);
 - any failure closes the connection it happened on, and surfaces as `TransportFailure` named
-  like httpx's errors (``ConnectError``, ``ReadTimeout``, ``RemoteProtocolError``...).
+  like httpx's errors (``ConnectError``, ``ReadTimeout``, ``RemoteProtocolError``...);
+- `Http1Pool.stream` hands a response body over as it arrives (server-sent events), one piece
+  per network read, on the same keep-alive connections: a stream read to its end returns its
+  connection to the pool (httpx opened a new connection for every streamed answer the gateway
+  forwarded, since it stopped reading at ``[DONE]``, before the body's last chunk).
 
 It is used only for ``http://`` URLs with no HTTP proxy configured in the environment and no
 injected httpx transport; everything else (TLS, proxies) goes through httpx.
@@ -22,9 +26,12 @@ import asyncio
 import contextlib
 import sys
 import urllib.request
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import urlsplit
+
+T = TypeVar("T")
 
 MAX_HEADER_BYTES = 64 * 1024
 
@@ -128,6 +135,37 @@ class Http1Pool:
             connection.close()
         return response
 
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, path: str, body: bytes, *, content_type: str, timeout: float
+    ) -> AsyncIterator[StreamedResponse]:
+        """POST `body` and yield the response with its body unread (see `StreamedResponse.pieces`);
+        ``timeout`` bounds each wait for the server (the head, then every read of the body). The
+        connection goes back to the pool if the body was read to its end, else it is closed."""
+        head = (
+            f"POST {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1")
+            + self._fixed_headers
+            + f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n".encode("latin-1")
+        )
+        async with self._slots:
+            connection = await self._checkout()
+            response: StreamedResponse | None = None
+            try:
+                try:
+                    connection.writer.write(head + body)
+                    status, headers, keep_alive = await _within(_read_head(connection.reader), timeout)
+                except BaseException as exc:
+                    raise _failure(exc) from None
+                response = StreamedResponse(status, headers, connection.reader, timeout, keep_alive)
+                yield response
+            except BaseException:
+                connection.close()
+                raise
+            if response.reusable and not self._closed:
+                self._idle.append(connection)
+            else:
+                connection.close()
+
     async def _checkout(self) -> _Connection:
         while self._idle:
             connection = self._idle.pop()
@@ -150,8 +188,137 @@ class Http1Pool:
                 await connection.writer.wait_closed()
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[RawResponse, bool]:
-    """One response from `reader`; also whether the connection may carry another request."""
+async def _within(awaitable: Awaitable[T], timeout: float) -> T:
+    """``awaitable``, or TimeoutError after ``timeout`` seconds (no extra task on Python >= 3.11)."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(timeout):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, timeout)
+
+
+def _failure(exc: BaseException) -> BaseException:
+    """A transport error as `TransportFailure` (named like httpx's); anything else as it is."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return TransportFailure("ReadTimeout", "no response in time")
+    if isinstance(exc, (asyncio.IncompleteReadError, ConnectionError)):
+        return TransportFailure(
+            "RemoteProtocolError", "server disconnected without sending a complete response"
+        )
+    if isinstance(exc, (asyncio.LimitOverrunError, ValueError)):
+        return TransportFailure("RemoteProtocolError", f"malformed HTTP response ({exc})")
+    if isinstance(exc, OSError):
+        return TransportFailure("WriteError", str(exc) or type(exc).__name__)
+    return exc
+
+
+@dataclass
+class StreamedResponse:
+    """A response whose body is read as it arrives (`pieces`), framing (chunked, length) removed."""
+
+    status: int
+    headers: dict[str, str]
+    reader: asyncio.StreamReader = field(repr=False)
+    timeout: float
+    keep_alive: bool
+    complete: bool = False  # the body was read to its end
+
+    @property
+    def reusable(self) -> bool:
+        return self.complete and self.keep_alive
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body, one piece per network read (everything that arrived together comes as one
+        piece, so a consumer can pass on what arrived at once in one write)."""
+        if self.status in (101, 204, 304):
+            self.complete = True
+            return
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            decoder: _Dechunker | None = _Dechunker()
+            remaining = -1
+        else:
+            decoder = None
+            length = self.headers.get("content-length")
+            remaining = int(length) if length is not None else -1
+            if remaining < 0:
+                self.keep_alive = False  # delimited by the server closing the connection
+        while not self.complete:
+            if remaining == 0:
+                self.complete = True
+                break
+            try:
+                size = 65536 if remaining < 0 else min(65536, remaining)
+                data = await _within(self.reader.read(size), self.timeout)
+            except BaseException as exc:
+                raise _failure(exc) from None
+            if not data:
+                if decoder is None and remaining < 0:
+                    self.complete = True  # the server closed: that was the end of the body
+                    break
+                raise TransportFailure("RemoteProtocolError", "server disconnected in the middle of the body")
+            if decoder is not None:
+                try:
+                    data, self.complete = decoder.feed(data)
+                except ValueError as exc:
+                    raise TransportFailure("RemoteProtocolError", f"malformed chunked body ({exc})") from None
+            elif remaining > 0:
+                remaining -= len(data)
+            if data:
+                yield data
+
+    async def read(self) -> bytes:
+        """The rest of the body at once."""
+        return b"".join([piece async for piece in self.pieces()])
+
+
+class _Dechunker:
+    """Incremental decoder of a chunked transfer-encoded body: `feed` bytes as they arrive."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._remaining = 0  # bytes of the current chunk's data still to come
+        self._state = "size"  # size -> data -> crlf -> size ... -> trailer
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """The payload in ``data`` (with what was buffered) and whether the body ended."""
+        buffer, out = self._buffer + data, []
+        while True:
+            if self._state == "data":
+                take = buffer[: self._remaining]
+                out.append(take)
+                buffer = buffer[len(take) :]
+                self._remaining -= len(take)
+                if self._remaining:
+                    break
+                self._state = "crlf"
+            elif self._state == "crlf":
+                if len(buffer) < 2:
+                    break
+                if buffer[:2] != b"\r\n":
+                    raise ValueError("chunk not terminated by CRLF")
+                buffer, self._state = buffer[2:], "size"
+            else:  # "size" or "trailer": one line at a time
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    if len(buffer) > MAX_HEADER_BYTES:
+                        raise ValueError("chunk size line too long")
+                    break
+                line, buffer = buffer[:end], buffer[end + 2 :]
+                if self._state == "trailer":
+                    if not line:
+                        self._buffer = buffer
+                        return b"".join(out), True
+                    continue
+                size = int(line.split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    self._state = "trailer"
+                else:
+                    self._state, self._remaining = "data", size
+        self._buffer = buffer
+        return b"".join(out), False
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bool]:
+    """A response's status and headers (after any interim 1xx); whether the connection may be reused."""
     while True:
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
@@ -172,6 +339,12 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[RawResponse, boo
         headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+    return status, headers, keep_alive
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[RawResponse, bool]:
+    """One response from `reader`; also whether the connection may carry another request."""
+    status, headers, keep_alive = await _read_head(reader)
     if status in (101, 204, 304):
         body = b""
     elif "chunked" in headers.get("transfer-encoding", "").lower():

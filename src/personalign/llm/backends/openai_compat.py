@@ -47,6 +47,31 @@ def response_format(config: GenerateConfig, schema_mode: str) -> dict[str, Any] 
     }
 
 
+class EventLines:
+    """Server-sent events split into the payloads of their ``data:`` lines, fed as bytes arrive;
+    after ``data: [DONE]`` nothing more is returned (the rest of the body is only drained)."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self.done = False
+
+    def feed(self, data: bytes) -> list[str]:
+        if self.done:
+            return []
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        out: list[str] = []
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event names
+            payload = line[5:].strip().decode("utf-8", errors="replace")
+            if payload == "[DONE]":
+                self.done = True
+                break
+            out.append(payload)
+        return out
+
+
 def reasoning_fields(reasoning: bool | None, param: str) -> dict[str, Any]:
     """Request fields that turn reasoning on or off, in the style the server understands."""
     return {} if reasoning is None else reasoning_toggle(reasoning, param)
@@ -235,9 +260,41 @@ class OpenAICompatBackend:
         them (server-sent events), the last ones with the finish reason and, where the server
         reports it, the usage. Raises `ModelCallError` on an HTTP error or a malformed event; no
         retries (a stream cannot be replayed once pieces have been passed on)."""
+        async for batch in self.stream_batches(messages, config, timeout=timeout):
+            for chunk in batch:
+                yield chunk
+
+    async def stream_batches(
+        self, messages: Sequence[Message], config: GenerateConfig, *, timeout: float
+    ) -> AsyncIterator[list[StreamChunk]]:
+        """As :meth:`stream`, the pieces grouped by the network read they arrived in (a proxy passes
+        each group on in one write). The body is read to its end after ``[DONE]``, so the
+        keep-alive connection is reused for the next call."""
+        label = self.spec.label
+        body = (
+            self.encode_payload(messages, config)[:-1]
+            + b',"stream":true,"stream_options":{"include_usage":true}}'
+        )
+        if self._lean is not None:
+            try:
+                async with self._lean.stream(
+                    "/chat/completions", body, content_type="application/json", timeout=timeout
+                ) as response:
+                    if response.status != 200:
+                        text = (await response.read()).decode("utf-8", errors="replace")
+                        raise http_status_error(
+                            response.status, text, rate_headers(response.headers), label, self._key
+                        )
+                    events = EventLines()
+                    async for piece in response.pieces():
+                        batch = self._parse_events(events, piece)
+                        if batch:
+                            yield batch
+            except TransportFailure as exc:
+                raise ModelCallError(f"{label}: {exc}", retryable=True) from None
+            return
         import httpx
 
-        label = self.spec.label
         if self._stream_client is None:
             self._stream_client = httpx.AsyncClient(
                 base_url=self.spec.base_url or "",
@@ -248,29 +305,35 @@ class OpenAICompatBackend:
                     max_connections=self.spec.concurrency, max_keepalive_connections=self.spec.concurrency
                 ),
             )
-        body = json.loads(self.encode_payload(messages, config))
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
         try:
             async with self._stream_client.stream(
-                "POST", "/chat/completions", json=body, timeout=timeout
+                "POST",
+                "/chat/completions",
+                content=body,
+                headers={"Content-Type": "application/json"},
+                timeout=timeout,
             ) as response:
                 if response.status_code != 200:
                     text = (await response.aread()).decode("utf-8", errors="replace")
                     raise http_status_error(
                         response.status_code, text, rate_headers(response.headers), label, self._key
                     )
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue  # blank separators, comments, event names
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        return
-                    chunk = self.parse_stream_event(data)
-                    if chunk is not None:
-                        yield chunk
+                events = EventLines()
+                async for piece in response.aiter_bytes():
+                    batch = self._parse_events(events, piece)
+                    if batch:
+                        yield batch
         except httpx.HTTPError as exc:
             raise transport_error(exc, label) from None
+
+    def _parse_events(self, events: EventLines, piece: bytes) -> list[StreamChunk]:
+        """The chunks of the ``data:`` events completed by ``piece`` (none after ``[DONE]``)."""
+        batch: list[StreamChunk] = []
+        for data in events.feed(piece):
+            chunk = self.parse_stream_event(data)
+            if chunk is not None:
+                batch.append(chunk)
+        return batch
 
     def parse_stream_event(self, data: str) -> StreamChunk | None:
         """One ``data:`` event of a streamed answer (None for an event that carries nothing)."""
