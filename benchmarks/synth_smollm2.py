@@ -24,7 +24,7 @@ from personalign.llm import CallCache, ModelFactory
 # Small budgets per role: the 135M model at 3 factors, 9 sessions, 2 feedback rounds.
 BUDGETS = {
     "persona": 160,
-    "factors": 700,
+    "factors": 1000,
     "changed": 200,
     "session": 420,
     "user_simulator": 200,
