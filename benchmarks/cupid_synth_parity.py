@@ -6,7 +6,7 @@ replaced by a capture that answers with canned replies, runs them on one persona
 session generator's random journey structure made to draw our plan's positions), a few sessions,
 then runs our paper-protocol stages (`CupidSynthesizer`, scripted models giving the same canned
 replies) on the same inputs and compares every message list the models receive (roles, order,
-text) and its temperature. Prints the count of identical calls and a diff of any that
+text), its temperature and its token budget. Prints the count of identical calls and a diff of any that
 differ. No official code is stored in this repository.
 
     git --git-dir=/work/.mirror/kixlab+CUPID/repo archive a8560ca | tar -x -C /tmp/cupid-upstream
@@ -149,19 +149,21 @@ def official_calls(upstream: Path) -> list[Call]:
 
     calls: list[Call] = []
 
-    def record(system: str | None, messages: list[dict[str, str]], temperature: float) -> str:
+    def record(
+        system: str | None, messages: list[dict[str, str]], temperature: float, max_tokens: int
+    ) -> str:
         flat = ([{"role": "system", "content": system}] if system is not None else []) + [
             dict(m) for m in messages
         ]
-        calls.append({"messages": flat, "temperature": temperature})
+        calls.append({"messages": flat, "temperature": temperature, "max_tokens": max_tokens})
         return canned(system, messages)
 
     generation.generate = lambda model, system, prompt, temperature=0.0, max_tokens=1024, verbose=False: (
-        record(system, [{"role": "user", "content": prompt}], temperature)
+        record(system, [{"role": "user", "content": prompt}], temperature, max_tokens)
     )
     generation.generate_chat = (
         lambda model, system, messages, temperature=0.0, max_tokens=1024, verbose=False: record(
-            system, list(messages), temperature
+            system, list(messages), temperature, max_tokens
         )
     )
     import synthesis.modules.interaction_simulator as sim  # type: ignore[import-not-found]
@@ -212,6 +214,7 @@ class Capture(ScriptedBackend):
             {
                 "messages": [{"role": m.role, "content": m.content} for m in messages],
                 "temperature": config.temperature,
+                "max_tokens": config.max_tokens,
             }
         )
         return canned(system, rest)
@@ -227,7 +230,7 @@ def our_calls(upstream: Path) -> list[Call]:
     config = CupidSynthConfig(
         generator=spec, user_simulator=spec, assistant=spec, decomposer=spec, n_personas=1, n_factors=3,
         n_sessions=N_SESSIONS, max_turns=MAX_TURNS, protocol="paper",
-        temperature=dict(cs.PAPER_TEMPERATURES),
+        temperature=dict(cs.PAPER_TEMPERATURES), max_tokens={**cs.MAX_TOKENS, **cs.PAPER_MAX_TOKENS},
     )  # fmt: skip
     paper = sp.load_paper_synth_prompts(upstream)
     with tempfile.TemporaryDirectory() as tmp:

@@ -142,8 +142,15 @@ TEMPERATURES: dict[str, float] = {
 # simulator (0.3) and decomposer (0); a weaker assistant simulator (0.7).
 PAPER_TEMPERATURES: dict[str, float] = {**TEMPERATURES, "factors": 1.0}
 
-# The official generators' budgets (`--protocol paper`; "sessions": the whole journey in one call).
-PAPER_MAX_TOKENS: dict[str, int] = {"persona": 4096, "factors": 8192, "sessions": 8192}
+# The official modules' budgets (`--protocol paper`; "sessions": the whole journey in one call).
+PAPER_MAX_TOKENS: dict[str, int] = {
+    "persona": 4096,
+    "factors": 8192,
+    "sessions": 8192,
+    "decomposer": 4096,
+    "user_simulator": 8192,
+    "assistant": 2048,
+}
 
 # Token budget per role (the paper's sizes; a run may pass its own).
 MAX_TOKENS: dict[str, int] = {
