@@ -450,3 +450,27 @@ def test_protocol_is_part_of_the_identity_and_checked() -> None:
     assert config().identity()["protocol"] == "paper"
     with pytest.raises(ConfigError, match="unknown synthesis protocol"):
         config(protocol="official")
+
+
+def test_cli_paper_protocol_takes_the_papers_temperatures_and_budgets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from personalign.cli import app
+
+    seen: list[CupidSynthConfig] = []
+
+    def capture(config: CupidSynthConfig, *args: Any, **kwargs: Any) -> None:
+        seen.append(config)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cs, "synthesize_cupid", capture)
+    args = ["synth", "cupid", "--out", str(tmp_path / "o"), "-g", "scripted/g", "--no-progress", "--no-cache"]
+    assert CliRunner().invoke(app, [*args, "--protocol", "paper"]).exit_code == 0
+    assert CliRunner().invoke(app, args).exit_code == 0
+    paper, ours = seen
+    assert paper.temperature["factors"] == 1.0 and ours.temperature["factors"] == 0.7
+    assert {k: paper.max_tokens[k] for k in cs.PAPER_MAX_TOKENS} == cs.PAPER_MAX_TOKENS
+    assert paper.max_tokens["sessions"] == 8192 and "sessions" not in ours.max_tokens
+    assert ours.max_tokens["assistant"] == cs.MAX_TOKENS["assistant"]
