@@ -83,7 +83,13 @@ def main() -> None:
     parser.add_argument("--personas", type=int, default=3)
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--attempts", type=int, default=2, help="re-sample failed personas this often")
+    parser.add_argument("--attempts", type=int, default=2, help="rounds: the first, then re-sampling")
+    parser.add_argument(
+        "--length-scale",
+        type=float,
+        default=None,
+        help="put every schema string bound back, scaled (default: only the short ones); cheap in-process",
+    )
     parser.add_argument(
         "--spec",
         default="local/smollm2?timeout=900&max_retries=1",
@@ -103,6 +109,7 @@ def main() -> None:
         max_turns=args.max_turns,
         leak_threshold=1.0,
         max_tokens=BUDGETS,
+        length_scale=args.length_scale,
     )
     start = time.monotonic()
     summary: dict[str, Any] = {}

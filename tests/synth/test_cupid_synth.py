@@ -16,6 +16,7 @@ from personalign.benchmarks.cupid.run import RunSettings, run_cupid
 from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.benchmarks.cupid.synth import (
     CupidSynthConfig,
+    parse_changed,
     parse_factors,
     persona_templates,
     plan_sessions,
@@ -149,6 +150,25 @@ def test_factor_parser_builds_exactly_one_mutual_pair_and_renames_repeats() -> N
     bad = {**output, "contrastive_pair": {**output["contrastive_pair"], "factor_type": "Spaceship"}}
     with pytest.raises(ParseError, match="factor_type"):
         parse_factors(2)(json.dumps(bad))
+
+
+def test_a_preference_must_be_a_sentence_where_it_is_written() -> None:
+    """SmolLM2's degenerate preferences are refused by the stage that writes them (re-sampling keeps
+    finished stages, so a later stage could never repair them)."""
+    ok = {"factor_type": "Person/Group", **_factor("Board", "Use formal language always.")}
+    pair = {
+        "factor_type": "Location/Place",
+        "first": _factor("Office", "Keep every answer long and detailed."),
+        "second": _factor("Home", "Keep every answer short and casual."),
+    }
+    for preference in ("Businesses, Businesses", "Fantasy_101_123_456_789", "Practicality,"):
+        bad = {"factors": [{**ok, "preference": preference}], "contrastive_pair": pair}
+        with pytest.raises(ParseError, match=r"factors\.0\.preference: .*sentence"):
+            parse_factors(1)(json.dumps(bad))
+    assert len(parse_factors(1)(json.dumps({"factors": [ok], "contrastive_pair": pair}))) == 3
+    changed = {"preference_type": "Tone", "preference": "Businesses", "conflict": "Businesses"}
+    with pytest.raises(ParseError, match="sentence"):
+        parse_changed("Use formal language always.", conflict=True)(json.dumps(changed))
 
 
 def test_lexical_leak_measures_preference_words_in_the_request() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -321,6 +322,22 @@ PreferenceType = Literal[PREFERENCE_TYPES]  # type: ignore[valid-type]
 TaskType = Literal[TASK_TYPES]  # type: ignore[valid-type]
 
 
+# A preference is one sentence (our prompts ask for one): at least this many distinct words.
+MIN_PREFERENCE_WORDS = 3
+
+
+def a_sentence(value: str) -> str:
+    """A preference stated in words: SmolLM2 wrote "Businesses, Businesses" or "Fantasy_101_123_456"
+    as preferences, and a copied-down A' can never differ from such a one (re-sampling keeps the
+    finished factors), so it is refused where it is written."""
+    found = {w for w in re.findall(r"[^\W\d_]{2,}", value.lower())}
+    if len(found) < MIN_PREFERENCE_WORDS:
+        raise ValueError(
+            f"a preference must be a sentence of at least {MIN_PREFERENCE_WORDS} different words"
+        )
+    return value
+
+
 class FactorBody(ModelOutput):
     background: str = Field(min_length=1, max_length=800)
     factor: str = Field(min_length=2, max_length=100)
@@ -332,6 +349,11 @@ class FactorBody(ModelOutput):
     @classmethod
     def _strip(cls, value: str) -> str:
         return " ".join(value.split())
+
+    @field_validator("preference")
+    @classmethod
+    def _sentence(cls, value: str) -> str:
+        return a_sentence(value)
 
 
 class FactorOut(FactorBody):
@@ -439,6 +461,11 @@ class ChangedOut(ModelOutput):
     preference_type: PreferenceType
     preference: str = Field(min_length=10, max_length=400)
     conflict: str = Field("", max_length=600)
+
+    @field_validator("preference")
+    @classmethod
+    def _sentence(cls, value: str) -> str:
+        return a_sentence(value)
 
 
 CONTRAST_SCHEMA: dict[str, Any] = {
