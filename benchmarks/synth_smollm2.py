@@ -21,15 +21,17 @@ from typing import Any
 from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
 from personalign.llm import CallCache, ModelFactory
 
-# Small budgets per role: the 135M model at 3 factors, 9 sessions, 2 feedback rounds.
+# Small budgets per role: the 135M model at 3 factors, 9 sessions, 1-2 feedback rounds. With
+# --length-scale 1 every string is bounded, so these budgets hold a whole answer (a session's
+# bounded fields come to about 2,300 characters; four 200-character checklist items fit 300).
 BUDGETS = {
-    "persona": 160,
+    "persona": 220,
     "factors": 1000,
-    "changed": 200,
-    "session": 420,
-    "user_simulator": 200,
+    "changed": 250,
+    "session": 650,
+    "user_simulator": 250,
     "assistant": 120,
-    "decomposer": 160,
+    "decomposer": 300,
     "leak_judge": 80,
     "verifier": 200,
 }
