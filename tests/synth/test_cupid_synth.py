@@ -171,6 +171,28 @@ def test_a_preference_must_be_a_sentence_where_it_is_written() -> None:
         parse_changed("Use formal language always.", conflict=True)(json.dumps(changed))
 
 
+def test_the_preference_schema_asks_for_the_sentence_the_parser_checks() -> None:
+    """A grammar-constrained model is held to words: the schema's pattern refuses what the parser
+    refuses, and bounds the length the parser allows (the pattern replaces llama.cpp's length bounds)."""
+    import re
+
+    from personalign.benchmarks.cupid.synth import CHANGED_SCHEMA, PREFERENCE_TEXT, a_sentence, factors_schema
+
+    pattern = re.compile(PREFERENCE_TEXT["pattern"])
+    good = ["Use formal language always.", "Anything for Board (2) must be long, detailed and formal."]
+    for text in good:
+        assert pattern.match(text) and a_sentence(text)
+    for text in ("Practicality,", "Businesses, Businesses", "Fantasy_101_123_456_789"):
+        assert not pattern.match(text)
+        with pytest.raises(ValueError):
+            a_sentence(text)
+    assert not pattern.match(" ".join(["word"] * 24))  # at most 23 words
+    longest = " ".join(["w" * 14 + ","] * 23) + "."
+    assert pattern.match(longest) and len(longest) <= 400
+    body = factors_schema(1)["properties"]["contrastive_pair"]["properties"]["first"]
+    assert body["properties"]["preference"] == PREFERENCE_TEXT == CHANGED_SCHEMA["properties"]["preference"]
+
+
 def test_lexical_leak_measures_preference_words_in_the_request() -> None:
     preference = "Reports for the board must use formal language and numbered sections."
     assert lexical_leak("Please draft the board report.", preference) < 0.5

@@ -338,6 +338,14 @@ def a_sentence(value: str) -> str:
     return value
 
 
+# The schema of a written preference: a sentence of 3-23 words (at most 15 characters each, so
+# at most about 390 characters), the form `a_sentence` checks. A grammar-constrained small model
+# then writes words (SmolLM2 wrote "Practicality," or "Fantasy_101_123_456_789" without it); a
+# pattern takes the place of length bounds in llama.cpp's grammar, so it bounds the length itself.
+_WORD = "[A-Za-z0-9(][A-Za-z0-9'/()-]{0,13}[,;:]?"
+PREFERENCE_TEXT: dict[str, Any] = {"type": "string", "pattern": f"^{_WORD}( {_WORD}){{2,22}}[.!]?$"}
+
+
 class FactorBody(ModelOutput):
     background: str = Field(min_length=1, max_length=800)
     factor: str = Field(min_length=2, max_length=100)
@@ -384,7 +392,7 @@ def _factor_body_schema() -> dict[str, Any]:
                 "maxItems": 3,
             },
             "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
-            "preference": text_schema(250, 10),
+            "preference": PREFERENCE_TEXT,
         },
         "required": ["background", "factor", "task_types", "preference_type", "preference"],
     }
@@ -472,7 +480,7 @@ CONTRAST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
-        "preference": text_schema(250, 10),
+        "preference": PREFERENCE_TEXT,
     },
     "required": ["preference_type", "preference"],
 }
