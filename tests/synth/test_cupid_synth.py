@@ -179,10 +179,16 @@ def test_the_preference_schema_asks_for_the_sentence_the_parser_checks() -> None
     from personalign.benchmarks.cupid.synth import CHANGED_SCHEMA, PREFERENCE_TEXT, a_sentence, factors_schema
 
     pattern = re.compile(PREFERENCE_TEXT["pattern"])
-    good = ["Use formal language always.", "Anything for Board (2) must be long, detailed and formal."]
+    good = ["Use formal language always.", "Anything for the Board must be long, detailed and formal."]
     for text in good:
         assert pattern.match(text) and a_sentence(text)
-    for text in ("Practicality,", "Businesses, Businesses", "Fantasy_101_123_456_789"):
+    # SmolLM2 wrote "Practicality (1) (2)" when a word could start with a digit or a parenthesis
+    for text in (
+        "Practicality,",
+        "Businesses, Businesses",
+        "Fantasy_101_123_456_789",
+        "Practicality (1) (2)",
+    ):
         assert not pattern.match(text)
         with pytest.raises(ValueError):
             a_sentence(text)

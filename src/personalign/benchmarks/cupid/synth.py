@@ -342,7 +342,7 @@ def a_sentence(value: str) -> str:
 # at most about 390 characters), the form `a_sentence` checks. A grammar-constrained small model
 # then writes words (SmolLM2 wrote "Practicality," or "Fantasy_101_123_456_789" without it); a
 # pattern takes the place of length bounds in llama.cpp's grammar, so it bounds the length itself.
-_WORD = "[A-Za-z0-9(][A-Za-z0-9'/()-]{0,13}[,;:]?"
+_WORD = "[A-Za-z][A-Za-z0-9'/()-]{0,13}[,;:]?"
 PREFERENCE_TEXT: dict[str, Any] = {"type": "string", "pattern": f"^{_WORD}( {_WORD}){{2,22}}[.!]?$"}
 
 
