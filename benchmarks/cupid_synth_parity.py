@@ -1,10 +1,12 @@
 """Byte parity of `synth cupid --protocol paper` with the official synthesis code (kixlab/CUPID, pinned).
 
-Imports the official decomposer and interaction simulator from a checkout (``--upstream``), with the
-model calls of `utils.generation` replaced by a capture that answers with canned replies, runs them
-on a few sessions, then runs our paper-protocol stages (`CupidSynthesizer`, scripted models giving
-the same canned replies) on the same sessions and compares every message list the models receive
-(roles, order, text) and its temperature. Prints the count of identical calls and a diff of any that
+Imports the official persona, context-factor and session generators, the decomposer and the
+interaction simulator from a checkout (``--upstream``), with the model calls of `utils.generation`
+replaced by a capture that answers with canned replies, runs them on one persona template (the
+session generator's random journey structure made to draw our plan's positions), a few sessions,
+then runs our paper-protocol stages (`CupidSynthesizer`, scripted models giving the same canned
+replies) on the same inputs and compares every message list the models receive (roles, order,
+text), its temperature and its token budget. Prints the count of identical calls and a diff of any that
 differ. No official code is stored in this repository.
 
     git --git-dir=/work/.mirror/kixlab+CUPID/repo archive a8560ca | tar -x -C /tmp/cupid-upstream
@@ -54,14 +56,74 @@ SESSIONS: list[dict[str, Any]] = [
 ]
 CHECKLISTS = [["Does it open with the tide table?", "Is it under 200 words?"], ["Is it a table?"]]
 MAX_TURNS = 3
+# The persona template (the official keys; ours adds the occupation) and the journey plan.
+TEMPLATE: dict[str, Any] = {
+    "id": 0,
+    "seed": "A harbour pilot who keeps a logbook of every tide.",
+    "occupation": "harbour pilot",
+    "career_level": "senior-level",
+    "personality_traits": ["High Conscientiousness", "Low Extroversion"],
+    "personal_values": ["Security", "Benevolence"],
+    "decision_making_styles": "Analytical",
+}
+N_SESSIONS = 9
+PLAN = ["other", "A", "B", "A", "other", "A_changed", "B", "A_changed", "A_changed"]
+FACTORS: list[dict[str, Any]] = [
+    {
+        "factor_type": "Person", "background": "Her deputy since spring.", "factor": "Deputy Joss",
+        "task_types": ["Communicating"], "preference_type": "Tone",
+        "preference": "Notes to Joss should be warm and end with a question.", "related_factor": "N/A",
+    },
+    {
+        "factor_type": "Organization/Institution", "background": "The board that licenses pilots.",
+        "factor": "Harbour board", "task_types": ["Planning", "Writing"], "preference_type": "Format",
+        "preference": "Board documents open with the tide table.", "related_factor": "Fishing co-op",
+    },
+    {
+        "factor_type": "Organization/Institution", "background": "The co-op she advises.",
+        "factor": "Fishing co-op", "task_types": ["Planning", "Writing"], "preference_type": "Format",
+        "preference": "Co-op documents open with the catch quotas.", "related_factor": "Harbour board",
+    },
+]  # fmt: skip
+CHANGED = "Board documents open with the berth schedule."
 
 Call = dict[str, Any]
 
 
+def _yaml(value: Any) -> str:
+    import yaml
+
+    return "```yaml\n" + str(yaml.dump(value, sort_keys=False)) + "```"
+
+
+def journey() -> str:
+    """The session generator's answer: A is the first option (the board), B the co-op."""
+    rows = []
+    for i, role in enumerate(PLAN):
+        factor = FACTORS[1] if role in ("A", "A_changed") else FACTORS[2] if role == "B" else FACTORS[0]
+        preference = CHANGED if role == "A_changed" else factor["preference"]
+        rows.append(
+            {
+                "id": i + 1, "context_factor": factor["factor"], "preference": preference,
+                "task_type": factor["task_types"][0], "story": f"Week {i + 1} at the harbour.",
+                "request_with_factor_and_preference": f"Note {i + 1}. {preference}",
+                "request_with_factor": f"Draft note {i + 1} for {factor['factor']}.", "resource": None,
+            }
+        )  # fmt: skip
+    return _yaml({"scenarios": rows})
+
+
 def canned(system: str | None, messages: Sequence[dict[str, str]]) -> str:
-    """The same answers for both sides: the decomposer's JSON, the user simulator's sections
-    (CONTINUE, then END), the assistant's numbered reply."""
+    """The same answers for both sides: the persona's JSON, the factors' and the journey's YAML, the
+    decomposer's JSON, the user simulator's sections (CONTINUE, then END), the assistant's reply."""
     text = (system or "") + "\n".join(m["content"] for m in messages)
+    if '"personas"' in (system or ""):
+        persona = {"description": PERSONA, "occupation": "harbour pilot"}
+        return "```json\n" + json.dumps({"personas": [persona]}) + "\n```"
+    if "scenarios:" in (system or ""):
+        return journey()
+    if "context_factors:" in (system or ""):
+        return _yaml({"context_factors": FACTORS})
     if '"checklist"' in text and len(messages) == 1:
         return '```json\n{"checklist": ["Does it open with the tide table?"]}\n```'
     if sp.YOUR_MESSAGE in text and messages and messages[0]["role"] == "assistant":
@@ -76,7 +138,7 @@ def canned(system: str | None, messages: Sequence[dict[str, str]]) -> str:
 
 
 def official_calls(upstream: Path) -> list[Call]:
-    """Every model call of the official decomposer and interaction simulator, in order."""
+    """Every model call of the official generators, decomposer and interaction simulator, in order."""
     _stub_modules()  # the SDKs the official code imports, unreachable
     sys.path.insert(0, str(upstream))
     import utils.generation as generation  # type: ignore[import-not-found]
@@ -87,28 +149,48 @@ def official_calls(upstream: Path) -> list[Call]:
 
     calls: list[Call] = []
 
-    def record(system: str | None, messages: list[dict[str, str]], temperature: float) -> str:
+    def record(
+        system: str | None, messages: list[dict[str, str]], temperature: float, max_tokens: int
+    ) -> str:
         flat = ([{"role": "system", "content": system}] if system is not None else []) + [
             dict(m) for m in messages
         ]
-        calls.append({"messages": flat, "temperature": temperature})
+        calls.append({"messages": flat, "temperature": temperature, "max_tokens": max_tokens})
         return canned(system, messages)
 
     generation.generate = lambda model, system, prompt, temperature=0.0, max_tokens=1024, verbose=False: (
-        record(system, [{"role": "user", "content": prompt}], temperature)
+        record(system, [{"role": "user", "content": prompt}], temperature, max_tokens)
     )
     generation.generate_chat = (
         lambda model, system, messages, temperature=0.0, max_tokens=1024, verbose=False: record(
-            system, list(messages), temperature
+            system, list(messages), temperature, max_tokens
         )
     )
     import synthesis.modules.interaction_simulator as sim  # type: ignore[import-not-found]
     import synthesis.modules.preference_decomposer as dec  # type: ignore[import-not-found]
+    import synthesis.modules.sessions_generator as ses  # type: ignore[import-not-found]
+    from synthesis.modules.context_factors_generator import (  # type: ignore[import-not-found]
+        ContextFactorsGenerator,
+    )
+    from synthesis.modules.persona_generator import PersonaGenerator  # type: ignore[import-not-found]
 
     for module in (sim, dec):  # they imported the names before the capture was in place
         for name in ("generate", "generate_chat"):
             if hasattr(module, name):
                 setattr(module, name, getattr(generation, name))
+
+    # The official journey structure draws its positions at random: make it draw our plan's.
+    a_positions = [i for i, role in enumerate(PLAN[:-1]) if role in ("A", "A_changed")]
+    b_positions = [i for i, role in enumerate(PLAN) if role == "B"]
+    draws = iter([a_positions, b_positions])
+    ses.random = type("Draws", (), {"sample": staticmethod(lambda population, k: list(next(draws)))})
+
+    official_template = {k: v for k, v in TEMPLATE.items() if k != "occupation"}
+    persona = PersonaGenerator(model_name="claude-3-5-sonnet-20241022")([dict(official_template)])[0]
+    factors = ContextFactorsGenerator(model_name="claude-3-5-sonnet-20241022")(
+        persona, n_factors=len(FACTORS)
+    )
+    ses.SessionsGenerator(model_name="claude-3-5-sonnet-20241022")(persona, factors, n_sessions=N_SESSIONS)
     decomposer = PreferenceDecomposer(model_name="gpt-4o-2024-11-20")
     for session in SESSIONS:
         decomposer(session["preference"])
@@ -132,6 +214,7 @@ class Capture(ScriptedBackend):
             {
                 "messages": [{"role": m.role, "content": m.content} for m in messages],
                 "temperature": config.temperature,
+                "max_tokens": config.max_tokens,
             }
         )
         return canned(system, rest)
@@ -146,8 +229,8 @@ def our_calls(upstream: Path) -> list[Call]:
     model = factory.get(spec)
     config = CupidSynthConfig(
         generator=spec, user_simulator=spec, assistant=spec, decomposer=spec, n_personas=1, n_factors=3,
-        n_sessions=len(SESSIONS) + 7, max_turns=MAX_TURNS, protocol="paper",
-        temperature=dict(cs.PAPER_TEMPERATURES),
+        n_sessions=N_SESSIONS, max_turns=MAX_TURNS, protocol="paper",
+        temperature=dict(cs.PAPER_TEMPERATURES), max_tokens={**cs.MAX_TOKENS, **cs.PAPER_MAX_TOKENS},
     )  # fmt: skip
     paper = sp.load_paper_synth_prompts(upstream)
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,7 +239,12 @@ def our_calls(upstream: Path) -> list[Call]:
         synth = CupidSynthesizer(config, models, store, paper)
         stage = Stage(UnitState(unit_id="parity"), store)
 
+        synth._plan_roles = lambda factors, pid: list(PLAN)  # type: ignore[method-assign]  # the same draw
+
         async def run() -> None:
+            persona = await synth._persona(stage, dict(TEMPLATE))
+            factors = await synth._factors(stage, persona)
+            await synth._paper_sessions(stage, persona, factors, "parity", paper)
             await synth._checklists(stage, SESSIONS)
             for session, checklist in zip(SESSIONS, CHECKLISTS, strict=True):
                 await synth._dialogue(stage, {"description": PERSONA}, session, checklist)

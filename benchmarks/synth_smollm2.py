@@ -21,15 +21,17 @@ from typing import Any
 from personalign.benchmarks.cupid.synth import CupidSynthConfig, synthesize_cupid
 from personalign.llm import CallCache, ModelFactory
 
-# Small budgets per role: the 135M model at 3 factors, 9 sessions, 2 feedback rounds.
+# Small budgets per role: the 135M model at 3 factors, 9 sessions, 1-2 feedback rounds. With
+# --length-scale 1 every string is bounded, so these budgets hold a whole answer (a session's
+# bounded fields come to about 2,300 characters; four 200-character checklist items fit 300).
 BUDGETS = {
-    "persona": 160,
-    "factors": 700,
-    "changed": 200,
-    "session": 420,
-    "user_simulator": 200,
+    "persona": 220,
+    "factors": 1000,
+    "changed": 250,
+    "session": 650,
+    "user_simulator": 250,
     "assistant": 120,
-    "decomposer": 160,
+    "decomposer": 300,
     "leak_judge": 80,
     "verifier": 200,
 }
@@ -83,7 +85,13 @@ def main() -> None:
     parser.add_argument("--personas", type=int, default=3)
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--attempts", type=int, default=2, help="re-sample failed personas this often")
+    parser.add_argument("--attempts", type=int, default=2, help="rounds: the first, then re-sampling")
+    parser.add_argument(
+        "--length-scale",
+        type=float,
+        default=None,
+        help="put every schema string bound back, scaled (default: only the short ones); cheap in-process",
+    )
     parser.add_argument(
         "--spec",
         default="local/smollm2?timeout=900&max_retries=1",
@@ -103,6 +111,7 @@ def main() -> None:
         max_turns=args.max_turns,
         leak_threshold=1.0,
         max_tokens=BUDGETS,
+        length_scale=args.length_scale,
     )
     start = time.monotonic()
     summary: dict[str, Any] = {}

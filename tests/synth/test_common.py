@@ -21,6 +21,7 @@ from personalign.synth.common import (
     parse_fixed_list,
     split_failed,
     text_output,
+    text_schema,
 )
 
 
@@ -172,3 +173,17 @@ def test_synth_cupid_runs_on_personahub_seeds(tmp_path: Path) -> None:
     seeds = load_seeds(str(_write_jsonl(tmp_path / "ph.jsonl", STAND_IN)))
     templates = persona_templates(seeds, 3, 0)
     assert sorted(t["occupation"] for t in templates) == ["data_scientist", "pilot", "teacher"]
+
+
+def test_short_length_bounds_stay_without_a_scale() -> None:
+    from personalign.benchmarks.cupid.synth import factors_schema
+    from personalign.synth.common import SHORT_BOUND, scale_lengths
+
+    schema = {"type": "object", "properties": {"name": text_schema(60), "story": text_schema(400)}}
+    kept = scale_lengths(schema, None)["properties"]
+    # a name stays bounded (cheap for a grammar); a long text loses its bound
+    assert kept["name"]["maxLength"] == 60 and "maxLength" not in kept["story"]
+    assert scale_lengths(schema, 2.0)["properties"]["story"]["maxLength"] == 800
+    # the CUPID factor name keeps its bound, so a small model cannot write a paragraph there
+    factor = scale_lengths(factors_schema(1), None)["properties"]["factors"]["items"]["properties"]["factor"]
+    assert factor["maxLength"] <= SHORT_BOUND

@@ -16,6 +16,7 @@ from personalign.benchmarks.cupid.run import RunSettings, run_cupid
 from personalign.benchmarks.cupid.steps import CupidConfig
 from personalign.benchmarks.cupid.synth import (
     CupidSynthConfig,
+    parse_changed,
     parse_factors,
     persona_templates,
     plan_sessions,
@@ -149,6 +150,53 @@ def test_factor_parser_builds_exactly_one_mutual_pair_and_renames_repeats() -> N
     bad = {**output, "contrastive_pair": {**output["contrastive_pair"], "factor_type": "Spaceship"}}
     with pytest.raises(ParseError, match="factor_type"):
         parse_factors(2)(json.dumps(bad))
+
+
+def test_a_preference_must_be_a_sentence_where_it_is_written() -> None:
+    """SmolLM2's degenerate preferences are refused by the stage that writes them (re-sampling keeps
+    finished stages, so a later stage could never repair them)."""
+    ok = {"factor_type": "Person/Group", **_factor("Board", "Use formal language always.")}
+    pair = {
+        "factor_type": "Location/Place",
+        "first": _factor("Office", "Keep every answer long and detailed."),
+        "second": _factor("Home", "Keep every answer short and casual."),
+    }
+    for preference in ("Businesses, Businesses", "Fantasy_101_123_456_789", "Practicality,"):
+        bad = {"factors": [{**ok, "preference": preference}], "contrastive_pair": pair}
+        with pytest.raises(ParseError, match=r"factors\.0\.preference: .*sentence"):
+            parse_factors(1)(json.dumps(bad))
+    assert len(parse_factors(1)(json.dumps({"factors": [ok], "contrastive_pair": pair}))) == 3
+    changed = {"preference_type": "Tone", "preference": "Businesses", "conflict": "Businesses"}
+    with pytest.raises(ParseError, match="sentence"):
+        parse_changed("Use formal language always.", conflict=True)(json.dumps(changed))
+
+
+def test_the_preference_schema_asks_for_the_sentence_the_parser_checks() -> None:
+    """A grammar-constrained model is held to words: the schema's pattern refuses what the parser
+    refuses, and bounds the length the parser allows (the pattern replaces llama.cpp's length bounds)."""
+    import re
+
+    from personalign.benchmarks.cupid.synth import CHANGED_SCHEMA, PREFERENCE_TEXT, a_sentence, factors_schema
+
+    pattern = re.compile(PREFERENCE_TEXT["pattern"])
+    good = ["Use formal language always.", "Anything for the Board must be long, detailed and formal."]
+    for text in good:
+        assert pattern.match(text) and a_sentence(text)
+    # SmolLM2 wrote "Practicality (1) (2)" when a word could start with a digit or a parenthesis
+    for text in (
+        "Practicality,",
+        "Businesses, Businesses",
+        "Fantasy_101_123_456_789",
+        "Practicality (1) (2)",
+    ):
+        assert not pattern.match(text)
+        with pytest.raises(ValueError):
+            a_sentence(text)
+    assert not pattern.match(" ".join(["word"] * 24))  # at most 23 words
+    longest = " ".join(["w" * 14 + ","] * 23) + "."
+    assert pattern.match(longest) and len(longest) <= 400
+    body = factors_schema(1)["properties"]["contrastive_pair"]["properties"]["first"]
+    assert body["properties"]["preference"] == PREFERENCE_TEXT == CHANGED_SCHEMA["properties"]["preference"]
 
 
 def test_lexical_leak_measures_preference_words_in_the_request() -> None:

@@ -69,10 +69,17 @@ def json_config(
     )
 
 
+# Bounds up to this many characters stay in a schema even without a length scale: a short bound
+# is cheap for llama.cpp's grammar and keeps a small model from writing a paragraph where a name
+# goes (SmolLM2 wrote the persona's whole description as a factor name, failing the parser's check).
+SHORT_BOUND = 100
+
+
 def scale_lengths(schema: Any, scale: float | None) -> Any:
-    """A copy of `schema` with every string ``maxLength`` multiplied by `scale`, or removed
-    when `scale` is None. Long length bounds make llama.cpp grammars slow (and very long ones
-    crash its server), while hosted APIs mostly ignore them; the parsers still check lengths."""
+    """A copy of `schema` with every string ``maxLength`` multiplied by `scale`, or, when `scale` is
+    None, removed unless short (<= `SHORT_BOUND`). Long length bounds make llama.cpp grammars slow
+    (and very long ones crash its server), while hosted APIs mostly ignore them; the parsers still
+    check lengths."""
     if isinstance(schema, list):
         return [scale_lengths(item, scale) for item in schema]
     if not isinstance(schema, dict):
@@ -82,6 +89,8 @@ def scale_lengths(schema: Any, scale: float | None) -> Any:
         if key == "maxLength":
             if scale is not None:
                 out[key] = max(20, int(value * scale))
+            elif value <= SHORT_BOUND:
+                out[key] = value
             continue
         out[key] = scale_lengths(value, scale)
     return out

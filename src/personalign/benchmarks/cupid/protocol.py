@@ -29,6 +29,11 @@ MATCHER_PY = "evaluation/modules/preference_matcher.py"
 # Synthesis (`personalign synth cupid --protocol paper`, benchmarks/cupid/synth_paper.py).
 USER_SIMULATOR_YAML = "prompts/synthesis/user_simulator.yaml"
 ASSISTANT_SIMULATOR_YAML = "prompts/synthesis/assistant_simulator.yaml"
+PERSONA_GENERATOR_YAML = "prompts/synthesis/persona_generator.yaml"
+FACTORS_GENERATOR_YAML = "prompts/synthesis/context_factors_generator.yaml"
+SESSIONS_GENERATOR_YAML = "prompts/synthesis/sessions_generator.yaml"
+# The session generator's journey-structure lines are built in its code, not its YAML.
+SESSIONS_GENERATOR_PY = "synthesis/modules/sessions_generator.py"
 
 SOURCE = UpstreamSource(
     name="cupid",
@@ -45,6 +50,10 @@ SOURCE = UpstreamSource(
         MATCHER_PY: "441c9162195d96274ac98b6b7732e9d3ef0eb72c424986a45b87492c8ccef6c9",
         USER_SIMULATOR_YAML: "d216beb18c4b9b890fc7290b9e7aec82f28070dbdc03653e9be7179beb11ad79",
         ASSISTANT_SIMULATOR_YAML: "a81ffe02a2cb8d72b5488741696626376104265781665bf39020d2d255f8d617",
+        PERSONA_GENERATOR_YAML: "82bd8848d9fc290d1e017a30faf506072e382e25a7d1bd9409d3c2cb02ec9360",
+        FACTORS_GENERATOR_YAML: "74d58c837f0844edf6b107d2b378d7dbb84afd846606e1e6525db881d2bff6c2",
+        SESSIONS_GENERATOR_YAML: "ffa0a4cc9f77f0e2166117d48526f140694e58602d99c47a4b4afaa4558cbf54",
+        SESSIONS_GENERATOR_PY: "d14175c5eb9d3f2b188acf01003e367a96a9dd8ab751557578774e279493711c",
     },
 )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from personalign.benchmarks.cupid.build import PersonaJourney, PlannedSession, b
 from personalign.benchmarks.cupid.judges import CHECKLIST_ONLY_SCHEMA, format_checklist, parse_checklist
 from personalign.benchmarks.cupid.protocol import (
     ASSISTANT_SIMULATOR_YAML,
+    FACTORS_GENERATOR_YAML,
+    PERSONA_GENERATOR_YAML,
+    SESSIONS_GENERATOR_YAML,
     SOURCE,
     USER_SIMULATOR_YAML,
     parse_paper_checklist,
@@ -36,9 +40,15 @@ from personalign.benchmarks.cupid.synth_paper import (
     load_paper_synth_prompts,
     paper_assistant_messages,
     paper_decomposer_messages,
+    paper_factors_messages,
     paper_opening,
+    paper_persona_messages,
     paper_pins,
+    paper_sessions_messages,
     paper_user_messages,
+    parse_paper_factors,
+    parse_paper_persona,
+    parse_paper_sessions,
     parse_paper_user_turn,
 )
 from personalign.benchmarks.cupid.synth_paper import label as paper_label
@@ -132,6 +142,16 @@ TEMPERATURES: dict[str, float] = {
 # The paper's recipe: one strong generator for persona (0.7), factors (1.0), sessions (0.7), user
 # simulator (0.3) and decomposer (0); a weaker assistant simulator (0.7).
 PAPER_TEMPERATURES: dict[str, float] = {**TEMPERATURES, "factors": 1.0}
+
+# The official modules' budgets (`--protocol paper`; "sessions": the whole journey in one call).
+PAPER_MAX_TOKENS: dict[str, int] = {
+    "persona": 4096,
+    "factors": 8192,
+    "sessions": 8192,
+    "decomposer": 4096,
+    "user_simulator": 8192,
+    "assistant": 2048,
+}
 
 # Token budget per role (the paper's sizes; a run may pass its own).
 MAX_TOKENS: dict[str, int] = {
@@ -302,6 +322,30 @@ PreferenceType = Literal[PREFERENCE_TYPES]  # type: ignore[valid-type]
 TaskType = Literal[TASK_TYPES]  # type: ignore[valid-type]
 
 
+# A preference is one sentence (our prompts ask for one): at least this many distinct words.
+MIN_PREFERENCE_WORDS = 3
+
+
+def a_sentence(value: str) -> str:
+    """A preference stated in words: SmolLM2 wrote "Businesses, Businesses" or "Fantasy_101_123_456"
+    as preferences, and a copied-down A' can never differ from such a one (re-sampling keeps the
+    finished factors), so it is refused where it is written."""
+    found = {w for w in re.findall(r"[^\W\d_]{2,}", value.lower())}
+    if len(found) < MIN_PREFERENCE_WORDS:
+        raise ValueError(
+            f"a preference must be a sentence of at least {MIN_PREFERENCE_WORDS} different words"
+        )
+    return value
+
+
+# The schema of a written preference: a sentence of 3-23 words (at most 15 characters each, so
+# at most about 390 characters), the form `a_sentence` checks. A grammar-constrained small model
+# then writes words (SmolLM2 wrote "Practicality," or "Fantasy_101_123_456_789" without it); a
+# pattern takes the place of length bounds in llama.cpp's grammar, so it bounds the length itself.
+_WORD = "[A-Za-z][A-Za-z0-9'/()-]{0,13}[,;:]?"
+PREFERENCE_TEXT: dict[str, Any] = {"type": "string", "pattern": f"^{_WORD}( {_WORD}){{2,22}}[.!]?$"}
+
+
 class FactorBody(ModelOutput):
     background: str = Field(min_length=1, max_length=800)
     factor: str = Field(min_length=2, max_length=100)
@@ -313,6 +357,11 @@ class FactorBody(ModelOutput):
     @classmethod
     def _strip(cls, value: str) -> str:
         return " ".join(value.split())
+
+    @field_validator("preference")
+    @classmethod
+    def _sentence(cls, value: str) -> str:
+        return a_sentence(value)
 
 
 class FactorOut(FactorBody):
@@ -343,7 +392,7 @@ def _factor_body_schema() -> dict[str, Any]:
                 "maxItems": 3,
             },
             "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
-            "preference": text_schema(250, 10),
+            "preference": PREFERENCE_TEXT,
         },
         "required": ["background", "factor", "task_types", "preference_type", "preference"],
     }
@@ -421,12 +470,17 @@ class ChangedOut(ModelOutput):
     preference: str = Field(min_length=10, max_length=400)
     conflict: str = Field("", max_length=600)
 
+    @field_validator("preference")
+    @classmethod
+    def _sentence(cls, value: str) -> str:
+        return a_sentence(value)
+
 
 CONTRAST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "preference_type": {"type": "string", "enum": list(PREFERENCE_TYPES)},
-        "preference": text_schema(250, 10),
+        "preference": PREFERENCE_TEXT,
     },
     "required": ["preference_type", "preference"],
 }
@@ -666,8 +720,9 @@ class CupidSynthesizer:
         self.paper = paper
 
     def _cfg(self, stage: str, schema: dict[str, Any] | None, name: str) -> Any:
-        temperature = self.config.temperature[stage]
-        max_tokens = self.config.max_tokens[stage]
+        # The paper's one-call journey ("sessions") samples as a session; its budget is its own.
+        temperature = self.config.temperature["session" if stage == "sessions" else stage]
+        max_tokens = self.config.max_tokens.get(stage, PAPER_MAX_TOKENS.get(stage, 0))
         if schema is None:
             return GenerateConfig(
                 temperature=temperature,
@@ -691,12 +746,16 @@ class CupidSynthesizer:
             persona = await self._persona(stage, template)
             current = "factors"
             factors = await self._factors(stage, persona)
-            current = "changed"
-            plan_info = await self._changed(stage, persona, factors, pid)
             sessions: list[dict[str, Any]] = []
-            for i in range(self.config.n_sessions):
-                current = f"session/{i}"
-                sessions.append(await self._session(stage, persona, factors, plan_info, sessions, i))
+            if self.paper is not None:  # the whole journey in one call, as upstream
+                current = "sessions"
+                plan_info, sessions = await self._paper_sessions(stage, persona, factors, pid, self.paper)
+            else:
+                current = "changed"
+                plan_info = await self._changed(stage, persona, factors, pid)
+                for i in range(self.config.n_sessions):
+                    current = f"session/{i}"
+                    sessions.append(await self._session(stage, persona, factors, plan_info, sessions, i))
             current = "checklists"
             checklists = await self._checklists(stage, sessions)
             current = "dialogues"
@@ -736,9 +795,46 @@ class CupidSynthesizer:
             reasks=self.config.reasks,
         )
 
+    async def _paper_call(
+        self,
+        stage: Stage,
+        name: str,
+        path: str,
+        messages: list[Message],
+        budget: str,
+        parse: Callable[[str], _T],
+    ) -> _T:
+        """One generator call with an official prompt (free text, read by the official parser)."""
+        assert self.paper is not None
+        return await stage.steps.call_messages(
+            name,
+            role="generator",
+            model=self.models.generator,
+            messages=messages,
+            config=self._cfg(budget, None, name),
+            parse=parse,
+            template=paper_label(path, self.paper.source["files"][path]),
+            reasks=self.config.reasks,
+        )
+
     async def _persona(self, stage: Stage, template: dict[str, Any]) -> dict[str, Any]:
         if stage.done("persona"):
             return stage.output("persona")  # type: ignore[no-any-return]
+        if self.paper is not None:
+            out = await self._paper_call(
+                stage,
+                "persona",
+                PERSONA_GENERATOR_YAML,
+                paper_persona_messages(self.paper, template),
+                "persona",
+                parse_paper_persona,
+            )
+            record = {
+                **template,
+                "description": out["description"],
+                "generated_occupation": out["occupation"],
+            }
+            return stage.finish("persona", record)  # type: ignore[no-any-return]
         data: dict[str, Any] = await self._generate(
             stage,
             "persona",
@@ -760,6 +856,16 @@ class CupidSynthesizer:
     async def _factors(self, stage: Stage, persona: dict[str, Any]) -> list[dict[str, Any]]:
         if stage.done("factors"):
             return stage.output("factors")  # type: ignore[no-any-return]
+        if self.paper is not None:
+            paper_factors = await self._paper_call(
+                stage,
+                "factors",
+                FACTORS_GENERATOR_YAML,
+                paper_factors_messages(self.paper, persona["description"], self.config.n_factors),
+                "factors",
+                parse_paper_factors,
+            )
+            return stage.finish("factors", paper_factors)  # type: ignore[no-any-return]
         n_regular = self.config.n_factors - 2
         factors = await self._generate(
             stage,
@@ -793,6 +899,43 @@ class CupidSynthesizer:
             )
             factors[-1] = {**second, **contrast, "regenerated": "preference"}
         return stage.finish("factors", factors)  # type: ignore[no-any-return]
+
+    def _plan_roles(self, factors: list[dict[str, Any]], pid: str) -> list[str]:
+        """The session plan's roles (A, A', B, other), drawn as for our protocol."""
+        rng = random.Random(f"cupid-plan:{self.config.seed}:{pid}")
+        pair = [f for f in factors if f["related_factor"]]
+        current = rng.choice(pair)
+        contrast = next(f for f in pair if f is not current)
+        others = [f["factor"] for f in factors if not f["related_factor"]]
+        plan = plan_sessions(self.config.n_sessions, current["factor"], contrast["factor"], others, rng)
+        return [role for role, _ in plan]
+
+    async def _paper_sessions(
+        self,
+        stage: Stage,
+        persona: dict[str, Any],
+        factors: list[dict[str, Any]],
+        pid: str,
+        paper: PaperSynthPrompts,
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The official session generator: one call for the whole journey, its structure our plan's
+        roles (the model picks which of the pair is A, as upstream); stored as our `changed` and
+        `session/<i>` stages so the checks and outputs read it as any journey."""
+        names = [f"session/{i}" for i in range(self.config.n_sessions)]
+        if stage.done("changed") and all(stage.done(n) for n in names):
+            return stage.output("changed"), [stage.output(n) for n in names]
+        roles = self._plan_roles(factors, pid)
+        out = await self._paper_call(
+            stage,
+            "sessions",
+            SESSIONS_GENERATOR_YAML,
+            paper_sessions_messages(paper, persona["description"], factors, roles),
+            "sessions",
+            lambda text: parse_paper_sessions(text, factors, roles),
+        )
+        for name, session in zip(names, out["sessions"], strict=True):
+            stage.finish(name, session)
+        return stage.finish("changed", out["info"]), out["sessions"]
 
     async def _changed(
         self, stage: Stage, persona: dict[str, Any], factors: list[dict[str, Any]], pid: str

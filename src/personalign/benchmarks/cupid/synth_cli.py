@@ -60,15 +60,17 @@ def register(synth_app: typer.Typer) -> None:
         protocol: Annotated[
             str,
             typer.Option(
-                help="paper: the official decomposer, user simulator and assistant simulator prompts "
-                "(kixlab/CUPID, pinned by sha256; `personalign protocol fetch cupid`) and the paper's "
-                "temperatures | personalign: ours."
+                help="paper: the official persona, context-factor, session, decomposer, user simulator "
+                "and assistant simulator prompts (kixlab/CUPID, pinned by sha256; `personalign protocol "
+                "fetch cupid`), the paper's temperatures and budgets | personalign: ours."
             ),
         ] = "personalign",
         protocol_dir: ProtocolDirOpt = None,
     ) -> None:
         """CUPID-style personas, 13-session journeys and the three instance types (cupid.jsonl)."""
         from personalign.benchmarks.cupid.synth import (
+            MAX_TOKENS,
+            PAPER_MAX_TOKENS,
             PAPER_TEMPERATURES,
             CupidSynthConfig,
             default_assistant,
@@ -77,7 +79,11 @@ def register(synth_app: typer.Typer) -> None:
 
         generator = run.generator
         # the paper's temperatures go with its prompts (factors at 1.0: small local models' JSON breaks)
-        paper: dict[str, Any] = {"temperature": dict(PAPER_TEMPERATURES)} if protocol == "paper" else {}
+        paper: dict[str, Any] = (
+            {"temperature": dict(PAPER_TEMPERATURES), "max_tokens": {**MAX_TOKENS, **PAPER_MAX_TOKENS}}
+            if protocol == "paper"
+            else {}
+        )
         sizes: dict[str, Any] = {"n_personas": personas, "n_factors": factors, "n_sessions": sessions}
         config = CupidSynthConfig(
             generator=generator,
