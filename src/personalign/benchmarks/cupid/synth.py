@@ -900,15 +900,22 @@ class CupidSynthesizer:
             factors[-1] = {**second, **contrast, "regenerated": "preference"}
         return stage.finish("factors", factors)  # type: ignore[no-any-return]
 
-    def _plan_roles(self, factors: list[dict[str, Any]], pid: str) -> list[str]:
-        """The session plan's roles (A, A', B, other), drawn as for our protocol."""
+    def _draw_plan(
+        self, factors: list[dict[str, Any]], pid: str
+    ) -> tuple[dict[str, Any], dict[str, Any], list[tuple[PlanRole, str]]]:
+        """Which factor of the contrastive pair is current (A) and which the contrast (B), and the
+        session plan; seeded by the persona, so both protocols draw the same plan."""
         rng = random.Random(f"cupid-plan:{self.config.seed}:{pid}")
         pair = [f for f in factors if f["related_factor"]]
         current = rng.choice(pair)
         contrast = next(f for f in pair if f is not current)
         others = [f["factor"] for f in factors if not f["related_factor"]]
         plan = plan_sessions(self.config.n_sessions, current["factor"], contrast["factor"], others, rng)
-        return [role for role, _ in plan]
+        return current, contrast, plan
+
+    def _plan_roles(self, factors: list[dict[str, Any]], pid: str) -> list[str]:
+        """The session plan's roles (A, A', B, other), drawn as for our protocol."""
+        return [role for role, _ in self._draw_plan(factors, pid)[2]]
 
     async def _paper_sessions(
         self,
@@ -942,12 +949,7 @@ class CupidSynthesizer:
     ) -> dict[str, Any]:
         if stage.done("changed"):
             return stage.output("changed")  # type: ignore[no-any-return]
-        rng = random.Random(f"cupid-plan:{self.config.seed}:{pid}")
-        pair = [f for f in factors if f["related_factor"]]
-        current = rng.choice(pair)
-        contrast = next(f for f in pair if f is not current)
-        others = [f["factor"] for f in factors if not f["related_factor"]]
-        plan = plan_sessions(self.config.n_sessions, current["factor"], contrast["factor"], others, rng)
+        current, contrast, plan = self._draw_plan(factors, pid)
         changed = await self._generate(
             stage,
             "changed",

@@ -30,6 +30,16 @@ from personalign.synth.common import (
     write_jsonl,
 )
 
+# The keys of an official persona template, in its order (our template adds `occupation`).
+PERSONA_TEMPLATE_KEYS = (
+    "id",
+    "seed",
+    "career_level",
+    "personality_traits",
+    "personal_values",
+    "decision_making_styles",
+)
+
 
 class CheckSettings(Protocol):
     """The synthesis settings the persona checks read (CupidSynthConfig has them); a protocol so this
@@ -168,19 +178,7 @@ def raw_files(state: UnitState) -> tuple[dict[str, Any], dict[str, Any]]:
     """The persona record and the per-persona data file in the CUPID-Raw layout."""
     stages = state.stages
     persona = stages["persona"]
-    record = {
-        k: persona[k]
-        for k in (
-            "id",
-            "seed",
-            "career_level",
-            "personality_traits",
-            "personal_values",
-            "decision_making_styles",
-            "description",
-            "occupation",
-        )
-    }
+    record = {k: persona[k] for k in (*PERSONA_TEMPLATE_KEYS, "description", "occupation")}
     checklists = stages["checklists"]
     sessions = [stages[k] for k in sorted((k for k in stages if k.startswith("session/")), key=_index)]
     data = {

@@ -32,6 +32,7 @@ from personalign.benchmarks.cupid.protocol import (
     paper_json,
     paper_prompt,
 )
+from personalign.benchmarks.cupid.synth_checks import PERSONA_TEMPLATE_KEYS
 from personalign.errors import ParseError
 from personalign.judges.parsing import snippet
 from personalign.prompts import PromptTemplate
@@ -153,20 +154,9 @@ def _generator_messages(prompt: PaperPrompt, **values: Any) -> list[Message]:
     ]
 
 
-# The keys of an official persona template, in its order (our template adds `occupation`).
-TEMPLATE_KEYS = (
-    "id",
-    "seed",
-    "career_level",
-    "personality_traits",
-    "personal_values",
-    "decision_making_styles",
-)
-
-
 def paper_persona_messages(prompts: PaperSynthPrompts, template: Mapping[str, Any]) -> list[Message]:
     """The official persona generator on a batch of one: ``1. <template dict>``."""
-    official = {key: template[key] for key in TEMPLATE_KEYS}
+    official = {key: template[key] for key in PERSONA_TEMPLATE_KEYS}
     return _generator_messages(prompts.persona, seed_descriptions=f"1. {official}")
 
 
