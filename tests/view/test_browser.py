@@ -99,19 +99,27 @@ def viewer(runs: Path) -> Iterator[str]:
 
 def test_viewer_list_filter_and_drill_down(browser: Any, viewer: str, runs: Path) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def after_click(condition: Any) -> None:
+        """A click starts a navigation and returns at once: wait for the new page (at most 20 s;
+        a timeout fails the test) before looking at it, not for whatever page is still shown."""
+        WebDriverWait(browser, 20).until(
+            lambda d: condition(d) and d.execute_script("return document.readyState") == "complete"
+        )
 
     browser.get(viewer + "/")
     browser.find_element(By.LINK_TEXT, "cupid/a").click()
-    assert browser.find_element(By.TAG_NAME, "h1").text == "cupid · cupid/a"
+    after_click(lambda d: d.find_element(By.TAG_NAME, "h1").text == "cupid · cupid/a")
     Select(browser.find_element(By.ID, "filter-type")).select_by_value("changing")
     browser.find_element(By.ID, "apply").click()
-    assert "type=changing" in browser.current_url
+    after_click(lambda d: "type=changing" in d.current_url)
     records = [r for r in map(_json, (runs / "cupid/a/samples.jsonl").read_text().splitlines())]
     changing = [r["instance_id"] for r in records if r["meta"]["instance_type"] == "changing"]
     links = browser.find_elements(By.CSS_SELECTOR, "a.instance-link")
     assert [a.text for a in links] == changing
     links[0].click()
+    after_click(lambda d: d.find_elements(By.ID, "instance-id"))
     assert browser.find_element(By.ID, "instance-id").text == changing[0]
     raw = browser.find_elements(By.CSS_SELECTOR, "pre.raw")
     first = next(r for r in records if r["instance_id"] == changing[0])
