@@ -264,13 +264,20 @@ def parse_paper_inferred(text: str) -> str:
     return preference
 
 
+def fenced(text: str, language: str) -> str:
+    """What the official readers parse: the span after the first ```<language> fence up to the
+    last fence, else all of `text`; stripped."""
+    text = text.strip()
+    if f"```{language}" in text:
+        text = text.split(f"```{language}")[1].rsplit("```", 1)[0]
+    return text.strip()
+
+
 def paper_json(text: str) -> Any:
     """The official `parse_json`: the span after the first ```json fence up to the last fence, else all."""
-    text = text.strip()
-    if "```json" in text:
-        text = text.split("```json")[1].rsplit("```", 1)[0].strip()
+    text = fenced(text, "json")
     try:
-        return json.loads(text.strip())
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ParseError(f"not JSON ({exc}): {snippet(text)!r}") from None
 

@@ -29,6 +29,7 @@ from personalign.benchmarks.cupid.protocol import (
     SOURCE,
     USER_SIMULATOR_YAML,
     PaperPrompt,
+    fenced,
     paper_json,
     paper_prompt,
 )
@@ -318,11 +319,9 @@ def paper_yaml(text: str, what: str) -> Any:
     all; a YAML error is a ParseError naming `what`."""
     import yaml
 
-    text = text.strip()
-    if "```yaml" in text:
-        text = text.split("```yaml")[1].rsplit("```", 1)[0].strip()
+    text = fenced(text, "yaml")
     try:
-        return yaml.safe_load(text.strip())
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ParseError(
             f"{what}: not YAML ({' '.join(str(exc).split())[:200]}): {snippet(text)!r}"
