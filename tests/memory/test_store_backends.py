@@ -367,6 +367,120 @@ def test_a_postgres_store_survives_a_server_restart() -> None:
         store.close()
 
 
+def test_a_pooled_connection_the_server_terminated_is_replaced_without_an_error(postgres_url: str) -> None:
+    """Connections killed one by one (an idle timeout, ``pg_terminate_backend``): the pool's check
+    sees the closed socket on checkout (no round trip) and hands out a live connection."""
+    import psycopg
+
+    store = open_store(postgres_url, pool_size=2)
+    store.add_user("ana")
+    store.add_session("ana", CHAT)
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert killed  # the pool's connections were there to kill
+    assert store.count_sessions("ana") == 1  # a multi-statement read
+    assert store.has_user("ana")  # a one-statement read
+    store.add_session("ana", CHAT)  # a pipelined write
+    assert store.count_sessions("ana") == 2
+    store.close()
+
+
+def test_the_pool_check_discards_a_connection_with_anything_to_read() -> None:
+    """The checkout check reads nothing from the server: an idle connection's socket is silent;
+    a readable one (the server's goodbye, or EOF) is closed so the pool replaces it."""
+    import socket
+
+    from personalign.memory.store_pg import check_idle
+
+    class Conn:
+        OperationalError = RuntimeError
+        broken = False
+
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock, self.closed = sock, False
+
+        def fileno(self) -> int:
+            return self.sock.fileno()
+
+        def close(self) -> None:
+            self.closed = True
+
+    ours, server = socket.socketpair()
+    conn = Conn(ours)
+    check_idle(conn)  # nothing to read: kept
+    assert not conn.closed
+    server.sendall(b"E")  # the server wrote while the connection sat idle (a FATAL, then EOF)
+    with pytest.raises(RuntimeError, match="closed or wrote"):
+        check_idle(conn)
+    assert conn.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        check_idle(conn)
+    ours.close()
+    server.close()
+
+
+# --- catching an index up ------------------------------------------------------------------------
+
+
+def test_catch_up_reads_only_what_moved_since_the_callers_version(make_store: MakeStore) -> None:
+    store = make_store()
+    store.add_user("ana")
+    s1 = store.add_session("ana", CHAT, timestamp=1.0, vectors={"e": vec(1, 0)})
+    s2 = store.add_session("ana", CHAT[:1], timestamp=2.0, vectors={"e": vec(0, 1)})
+    m = store.add_memory("ana", "Lead with counts.", context_factor="Okafor")
+    store.put_vectors("ana", "m", "e", {m.id: vec(1, 1)})
+    store.put_vectors("ana", "s", "other", {s1: vec(5, 5)})  # another embedder's: never read
+
+    first = store.catch_up("ana", after_id=0, known=(-1, -1), embedder="e")
+    assert first.version == store.user_version("ana")
+    assert (first.count, first.last) == (2, s2)
+    assert [s.id for s in first.sessions] == [s1, s2]
+    assert first.sessions[0].turns[2].content == CHAT[2]["content"]
+    assert [x.id for x in first.memories or []] == [m.id]
+    assert sorted(first.vectors) == sorted([("s", s1), ("s", s2), ("m", m.id)])
+    assert first.vectors[("s", s2)].tolist() == [0.0, 1.0]
+
+    same = store.catch_up("ana", after_id=s2, known=first.version, embedder="e")
+    assert same.version == first.version and (same.count, same.last) == (2, s2)
+    assert (same.sessions, same.memories, same.vectors) == ([], None, {})  # nothing else read
+
+    s3 = store.add_session("ana", CHAT[:1], timestamp=3.0, vectors={"e": vec(2, 2)})
+    moved = store.catch_up("ana", after_id=s2, known=first.version, embedder="e")
+    assert moved.version != first.version and (moved.count, moved.last) == (3, s3)
+    assert [s.id for s in moved.sessions] == [s3]  # only the new session...
+    assert sorted(moved.vectors) == sorted([("s", s3), ("m", m.id)])  # ...and every memory
+    assert [x.id for x in moved.memories or []] == [m.id]
+    assert store.catch_up("ana", after_id=s3, known=moved.version, embedder=None).vectors == {}
+    for nobody in ("bob", "x" * 10_000):
+        with pytest.raises(UnknownUserError):
+            store.catch_up(nobody, after_id=0, known=(-1, -1), embedder="e")
+
+
+def test_a_batch_with_a_taken_external_id_names_it_and_stores_nothing(make_store: MakeStore) -> None:
+    from personalign.memory import NewSession
+
+    store = make_store()
+    store.add_user("ana")
+    store.add_session("ana", CHAT, external_id="t1")
+    before = store.user_version("ana")
+    batch = [NewSession(CHAT, external_id="t2"), NewSession(CHAT, external_id="t1")]
+    with pytest.raises(DataError, match="already stored") as info:
+        store.add_sessions("ana", batch)
+    assert "'t1'" in str(info.value)
+    assert store.count_sessions("ana") == 1 and store.user_version("ana") == before
+    ids = store.add_sessions("ana", [NewSession(CHAT, external_id="t2"), NewSession(CHAT)])
+    assert [s.id for s in store.sessions("ana")][1:] == ids and [s.seq for s in store.sessions("ana")] == [
+        0,
+        1,
+        2,
+    ]
+    with pytest.raises(UnknownUserError):
+        store.add_sessions("bob", batch)
+
+
 def test_new_sqlite_files_opened_at_once_never_report_locked(tmp_path: Path) -> None:
     """Switching a new file to WAL answers "database is locked" at once (no busy wait) while another
     opener creates it; the store waits that out (6 openers x 100 new files failed ~3% before)."""

@@ -127,12 +127,12 @@ def test_a_lookup_reads_the_user_row_once_and_keeps_nothing_for_unknown_users(
     service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
     view = service.view("t")
     reads: list[str] = []
-    for name in ("has_user", "user_version"):
+    for name in ("has_user", "catch_up"):
         original = getattr(view, name)
-        monkeypatch.setattr(view, name, lambda *a, _o=original, _n=name: reads.append(_n) or _o(*a))
+        monkeypatch.setattr(view, name, lambda *a, _o=original, _n=name, **k: reads.append(_n) or _o(*a, **k))
     found = service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)[1]
     assert found is not None and len(found.sessions) == 1
-    assert reads == ["user_version"]  # the existence check and the refresh read the same row
+    assert reads == ["catch_up"]  # the existence check and the refresh are one read
     reads.clear()
     service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3, refresh=False)
     assert reads == ["has_user"]  # a search of the index as it is still checks the user exists

@@ -46,6 +46,24 @@ class NewSession:
     vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
 
 
+@dataclass(frozen=True)
+class CatchUp:
+    """What an index needs to catch up with a user's rows, read in one snapshot
+    (:meth:`MemoryBackend.catch_up`; one round trip on a database server).
+
+    ``version`` is the user's (internal id, revision). When it equals the ``known`` version the
+    caller passed, nothing else was read (the lists are empty, ``memories`` is None).
+    """
+
+    version: tuple[int, int]
+    count: int  # the user's sessions
+    last: int  # their largest session id (0: none)
+    sessions: list[StoredSession]  # ids above ``after_id``, oldest first
+    memories: list[MemoryRecord] | None  # every memory, superseded ones included, oldest first
+    vectors: dict[tuple[str, int], npt.NDArray[np.float32]]  # (unit, id): those sessions' and every
+    # memory's stored embedding under the embedder asked for (absent: not stored)
+
+
 class UnknownUserError(PersonalignError):
     """A read or write named a user id the store does not hold (for this tenant)."""
 
@@ -93,6 +111,9 @@ class MemoryBackend(Protocol):
         self, user_id: str, *, after_id: int = 0, until_id: int | None = None
     ) -> list[StoredSession]: ...
     def session_span(self, user_id: str) -> tuple[int, int]: ...
+    def catch_up(
+        self, user_id: str, *, after_id: int, known: tuple[int, int], embedder: str | None
+    ) -> CatchUp: ...
     def session(self, user_id: str, session_id: int) -> StoredSession: ...
     def count_sessions(self, user_id: str | None = None) -> int: ...
 

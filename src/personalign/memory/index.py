@@ -13,12 +13,12 @@ ranks exactly as a full rebuild, ties included, on every replica sharing the sto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from personalign.memory.backend import MemoryBackend
+from personalign.memory.backend import CatchUp, MemoryBackend
 from personalign.memory.entities import EntityIndex, entity_keys, factor_matches
 from personalign.memory.types import MemoryRecord, StoredSession
 from personalign.retrieval import DenseIndex, Embedder, IncrementalBM25, reciprocal_rank_fusion, tokenize
@@ -82,15 +82,25 @@ class UserIndex:
         self.rebuilds = 0  # full session rebuilds after the first build (deletes, out-of-order rows)
 
     def refresh(self) -> None:
-        """Catch up with the store: append what was added since the last refresh, rebuild what changed."""
-        revision = self.store.user_version(self.user_id)
-        if revision == self._revision:
+        """Catch up with the store: append what was added since the last refresh, rebuild what changed.
+
+        One read (:meth:`MemoryBackend.catch_up`, one snapshot) gives the user's version and, if it
+        moved, the new sessions, the memories and their stored vectors; only a rebuild reads more."""
+        found = self.store.catch_up(
+            self.user_id,
+            after_id=self._last_session,
+            known=self._revision,
+            embedder=self.embedder.name if self.embedder is not None else None,
+        )
+        if found.version == self._revision:
             return
-        if revision[0] != self._revision[0] and self._revision[0] != -1:
-            self._reset()  # the user was deleted and added again: nothing cached is theirs
-        self._refresh_sessions()
-        self._refresh_memories()
-        self._revision = revision
+        if found.version[0] != self._revision[0] and self._revision[0] != -1:
+            # the user was deleted and added again: nothing cached is theirs (the new sessions read
+            # are then complete only if the count says so; else the rebuild below reads them all)
+            self._reset()
+        self._refresh_sessions(found)
+        self._refresh_memories(found)
+        self._revision = found.version
 
     def prepare(self) -> None:
         """Bring every search structure up to date now (BM25 extended, dense matrix rebuilt), so the
@@ -100,25 +110,22 @@ class UserIndex:
             if self.embedder is not None:
                 units.vectors(self.embedder)
 
-    def _refresh_sessions(self) -> None:
-        count, last = self.store.session_span(self.user_id)
-        new = (
-            self.store.sessions(self.user_id, after_id=self._last_session, until_id=last)
-            if last > self._last_session
-            else []
-        )
+    def _refresh_sessions(self, found: CatchUp) -> None:
+        new = found.sessions
+        known: Mapping[tuple[str, int], np.ndarray] | None = found.vectors
         in_order = not (new and self.sessions) or _order(new[0]) > _order(self.sessions[-1])
-        if len(self.sessions) + len(new) != count or not in_order:
+        if len(self.sessions) + len(new) != found.count or not in_order:
             # rows deleted, or a session older than the newest indexed one: rebuild in the store's order
             self._reset_sessions()
-            new = self.store.sessions(self.user_id, until_id=last)
+            new = self.store.sessions(self.user_id, until_id=found.last)
+            known = None  # older sessions' vectors were not read: look them up
             self.rebuilds += 1
         if new:
-            self._add_sessions(new)
+            self._add_sessions(new, known)
             self._last_session = max(self._last_session, max(s.id for s in new))
 
-    def _refresh_memories(self) -> None:
-        memories = self.store.memories(self.user_id, include_superseded=True)
+    def _refresh_memories(self, found: CatchUp) -> None:
+        memories = found.memories or []
         texts = [memory_text(m) for m in memories]
         old = len(self.memories)
         extend = (
@@ -134,7 +141,9 @@ class UserIndex:
         self._m.texts.extend(texts[old:])
         self._factor_words.extend(frozenset(tokenize(m.context_factor)) for m in memories[old:])
         if self.embedder is not None and len(memories) > old:
-            self._m.dense_rows.extend(self._embed("m", [m.id for m in memories[old:]], texts[old:]))
+            self._m.dense_rows.extend(
+                self._embed("m", [m.id for m in memories[old:]], texts[old:], found.vectors)
+            )
 
     def _reset_sessions(self) -> None:
         self.sessions = []
@@ -149,18 +158,32 @@ class UserIndex:
         self._m = _Units()
         self._factor_words = []
 
-    def _add_sessions(self, new: Sequence[StoredSession]) -> None:
+    def _add_sessions(
+        self, new: Sequence[StoredSession], known: Mapping[tuple[str, int], np.ndarray] | None
+    ) -> None:
         self.sessions.extend(new)
         self._times = np.concatenate([self._times, np.array([s.timestamp for s in new], dtype=np.float64)])
         self._seqs = np.concatenate([self._seqs, np.array([s.seq for s in new], dtype=np.int64)])
         self._s.texts.extend(s.text for s in new)
         self._s.entities.add(entity_keys(s.text) for s in new)
         if self.embedder is not None:
-            self._s.dense_rows.extend(self._embed("s", [s.id for s in new], [dense_text(s) for s in new]))
+            ids, texts = [s.id for s in new], [dense_text(s) for s in new]
+            self._s.dense_rows.extend(self._embed("s", ids, texts, known))
 
-    def _embed(self, unit: str, ids: list[int], texts: list[str]) -> list[np.ndarray]:
+    def _embed(
+        self,
+        unit: str,
+        ids: list[int],
+        texts: list[str],
+        known: Mapping[tuple[str, int], np.ndarray] | None,
+    ) -> list[np.ndarray]:
+        """The units' stored vectors (from ``known``, read with them, when given; else looked up),
+        encoding and storing those that have none."""
         assert self.embedder is not None
-        cached = self.store.vectors(self.user_id, unit, self.embedder.name, ids)
+        if known is None:
+            cached = self.store.vectors(self.user_id, unit, self.embedder.name, ids)
+        else:
+            cached = {uid: known[(unit, uid)] for uid in ids if (unit, uid) in known}
         missing = [i for i, uid in enumerate(ids) if uid not in cached]
         if missing:
             fresh = self.embedder.encode([texts[i] for i in missing])

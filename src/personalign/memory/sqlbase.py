@@ -26,7 +26,14 @@ import numpy as np
 import numpy.typing as npt
 
 from personalign.errors import ConfigError, DataError
-from personalign.memory.backend import DEFAULT_LIMITS, DEFAULT_TENANT, Limits, NewSession, UnknownUserError
+from personalign.memory.backend import (
+    DEFAULT_LIMITS,
+    DEFAULT_TENANT,
+    CatchUp,
+    Limits,
+    NewSession,
+    UnknownUserError,
+)
 from personalign.memory.supersession import factor_key, same_context, supersession
 from personalign.memory.types import MEMORY_KINDS, MemoryRecord, StoredSession, Turn
 
@@ -129,19 +136,78 @@ def _vector_blob(vector: npt.NDArray[np.float32]) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
+# a memory row's columns, in the order _memory_record reads them ({t}: a table alias and dot, or none)
+MEMORY_COLUMNS = (
+    "{t}id, {t}kind, {t}category, {t}factor, {t}content, {t}session_id, {t}evidence, {t}valid_from,"
+    " {t}valid_to, {t}superseded_by, {t}source"
+)
+
+
+def _memory_record(user_id: str, r: Sequence[Any]) -> MemoryRecord:
+    return MemoryRecord(
+        id=int(r[0]),
+        user_id=user_id,
+        kind=r[1],
+        category=r[2],
+        context_factor=r[3],
+        content=r[4],
+        session_id=None if r[5] is None else int(r[5]),
+        evidence_turns=tuple(json.loads(r[6])),
+        valid_from=float(r[7]),
+        valid_to=None if r[8] is None else float(r[8]),
+        superseded_by=None if r[9] is None else int(r[9]),
+        source=r[10],
+    )
+
+
+def _stored_sessions(
+    user_id: str, rows: Sequence[Sequence[Any]], turn_rows: Sequence[Sequence[Any]]
+) -> list[StoredSession]:
+    """Sessions from their rows (id, external id, ts, seq, metadata) and their turns' rows
+    (session id, index, role, content; in order), in the sessions' order."""
+    turns: dict[int, list[Turn]] = {}
+    for sid, idx, role, content in turn_rows:
+        turns.setdefault(int(sid), []).append(Turn(int(idx), role, content))
+    return [
+        StoredSession(
+            int(sid), user_id, ext, float(ts), int(seq), json.loads(meta), tuple(turns.get(int(sid), ()))
+        )
+        for sid, ext, ts, seq, meta in rows
+    ]
+
+
 class Tx:
     """One open transaction (or read) on a DB-API cursor, with the store's placeholder style."""
 
-    def __init__(self, cursor: Any, paramstyle: str) -> None:
+    def __init__(self, cursor: Any, paramstyle: str, *, pipelined: bool = False) -> None:
         self.cursor = cursor
         self._pg = paramstyle == "format"
+        # results arrive only when read: rows() is then only for statements that return rows
+        self.pipelined = pipelined
 
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self._pg else sql
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self.cursor.execute(self._sql(sql), tuple(params))
+        if self.pipelined:
+            return [tuple(r) for r in self.cursor.fetchall()]  # waits for the result
         return [tuple(r) for r in self.cursor.fetchall()] if self.cursor.description is not None else []
+
+    def rows_each(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Each query's rows, the queries run in order (in a pipelined write, all sent before any
+        result is waited for: one round trip). Each runs after the one before has finished, so a
+        query after a row lock sees what the lock waited for."""
+        if not self.pipelined:
+            return [self.rows(sql, params) for sql, params in queries]
+        cursors = [self.cursor.connection.cursor() for _ in queries]
+        try:
+            for cur, (sql, params) in zip(cursors, queries, strict=True):
+                cur.execute(self._sql(sql), tuple(params))
+            return [[tuple(r) for r in cur.fetchall()] for cur in cursors]
+        finally:
+            for cur in cursors:
+                cur.close()
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         found = self.rows(sql, params)
@@ -151,6 +217,11 @@ class Tx:
         """Execute a statement; return the number of rows it changed."""
         self.cursor.execute(self._sql(sql), tuple(params))
         return int(self.cursor.rowcount or 0)
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Execute a statement whose result is not needed (in a pipelined write it is only sent: its
+        error, if any, is raised by the next read or the commit, and the write rolls back)."""
+        self.cursor.execute(self._sql(sql), tuple(params))
 
     def many(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
         batch = [tuple(p) for p in params]
@@ -176,8 +247,13 @@ class SqlStore(ABC):
     # --- backend hooks -----------------------------------------------------------------------
 
     @abstractmethod
-    def _write(self) -> AbstractContextManager[Tx]:
-        """One write transaction: all of it lands, or (on an error or a kill) none of it."""
+    def _write(self, *, pipeline: bool = False) -> AbstractContextManager[Tx]:
+        """One write transaction: all of it lands, or (on an error or a kill) none of it.
+
+        ``pipeline``: a server backend sends statements without waiting for their results until one
+        is read (``Tx.rows``/``one``) or the transaction commits; ``Tx.run``'s row count is then not
+        available, so only writes that read results through ``rows``/``one`` and send the rest with
+        ``send``/``many`` ask for it."""
 
     @abstractmethod
     def _read_tx(self) -> AbstractContextManager[Tx]:
@@ -198,8 +274,15 @@ class SqlStore(ABC):
     def schema_version(self) -> int: ...
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One query's rows."""
         with self._read_tx() as tx:
             return tx.rows(sql, params)
+
+    def _read_many(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Several independent queries' rows, read in one snapshot (a server backend sends them
+        together: one round trip)."""
+        with self._read_tx() as tx:
+            return [tx.rows(sql, params) for sql, params in queries]
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -397,15 +480,45 @@ class SqlStore(ABC):
         ids: list[int] = []
         turns: list[tuple[Any, ...]] = []
         vectors: list[tuple[Any, ...]] = []
-        with self._write() as tx:
-            uid = self._uid(tx, user_id, lock=True)
-            seq_row = tx.one("SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = ?", (uid,))
-            seq = int(seq_row[0]) if seq_row else 0
-            for new, source, *_ in rows:
-                if new.external_id is not None and tx.one(
-                    "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, new.external_id)
-                ):
-                    raise DataError(source, None, "external_id", "a session with this id is already stored")
+        external = [new.external_id for new, *_ in rows if new.external_id is not None]
+        # three round trips on a server, however many sessions: the user row locked, then (sent with
+        # it, run once the lock is held) the next seq and whether any external id is taken; the
+        # sessions inserted; the rest with the commit
+        with self._write(pipeline=True) as tx:
+            head = None
+            if self._lookup_ok(user_id):
+                of_user = "(SELECT id FROM users WHERE tenant = ? AND user_id = ?)"
+                marks = ", ".join("?" * len(external))
+                taken = (
+                    f"SELECT COUNT(*) FROM sessions WHERE uid = {of_user} AND external_id IN ({marks})"
+                    if external
+                    else "SELECT 0"
+                )
+                locked, state = tx.rows_each(
+                    [
+                        (
+                            "SELECT id FROM users WHERE tenant = ? AND user_id = ?" + self.lock_suffix,
+                            (self.tenant, user_id),
+                        ),
+                        (
+                            f"SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = {of_user}),"
+                            f" ({taken})",
+                            (self.tenant, user_id, *((self.tenant, user_id, *external) if external else ())),
+                        ),
+                    ]
+                )
+                head = (locked[0][0], *state[0]) if locked else None
+            if head is None:
+                raise UnknownUserError(user_id, self.url)
+            uid, seq = int(head[0]), int(head[1])
+            if int(head[2]):  # which one, for the error (rare)
+                for new, source, *_ in rows:
+                    if new.external_id is not None and tx.one(
+                        "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, new.external_id)
+                    ):
+                        raise DataError(
+                            source, None, "external_id", "a session with this id is already stored"
+                        )
             now = time.time()
             for start in range(0, len(rows), SESSION_BATCH):  # one multi-row statement per batch
                 chunk = rows[start : start + SESSION_BATCH]
@@ -435,7 +548,7 @@ class SqlStore(ABC):
                 "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, ?, ?, ?, ?)",
                 vectors,
             )
-            self._bump(tx, uid)
+            tx.send("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
         return ids
 
     def sessions(
@@ -453,20 +566,13 @@ class SqlStore(ABC):
                 + " ORDER BY ts, seq",
                 (uid, *bounds),
             )
-            turns: dict[int, list[Turn]] = {}
-            for sid, idx, role, content in tx.rows(
+            turns = tx.rows(
                 "SELECT session_id, idx, role, content FROM turns WHERE uid = ? AND session_id > ?"
                 + upper.replace("id", "session_id")
                 + " ORDER BY session_id, idx",
                 (uid, *bounds),
-            ):
-                turns.setdefault(int(sid), []).append(Turn(int(idx), role, content))
-        return [
-            StoredSession(
-                int(sid), user_id, ext, float(ts), int(seq), json.loads(meta), tuple(turns.get(sid, ()))
             )
-            for sid, ext, ts, seq, meta in rows
-        ]
+        return _stored_sessions(user_id, rows, turns)
 
     def session(self, user_id: str, session_id: int) -> StoredSession:
         found = [s for s in self.sessions(user_id, after_id=session_id - 1) if s.id == session_id]
@@ -494,6 +600,87 @@ class SqlStore(ABC):
             row = tx.one("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM sessions WHERE uid = ?", (uid,))
         assert row is not None
         return int(row[0]), int(row[1])
+
+    def catch_up(
+        self, user_id: str, *, after_id: int, known: tuple[int, int], embedder: str | None
+    ) -> CatchUp:
+        """Everything an index at version ``known`` that has seen the sessions up to ``after_id``
+        needs, read in one snapshot (:meth:`_read_many`: one round trip on PostgreSQL): the user's
+        version and session span, and, only if the version moved, their sessions above ``after_id``,
+        every memory, and those sessions' and memories' vectors under ``embedder``."""
+        if not self._lookup_ok(user_id):
+            raise UnknownUserError(user_id, self.url)
+        # rows of the user, read only when their version is not the one the caller has
+        of_user = (
+            " JOIN users u ON u.id = x.uid WHERE u.tenant = ? AND u.user_id = ?"
+            " AND NOT (u.id = ? AND u.revision = ?)"
+        )
+        key = (self.tenant, user_id, int(known[0]), int(known[1]))
+        # COUNT and MAX in one aggregate over the user's rows (a lone MAX(id) would be planned as a
+        # backward scan of every user's sessions, slow for users with old ids)
+        head_query = (
+            "SELECT u.id, u.revision, c.n, c.last FROM users u,"
+            " (SELECT COUNT(*) AS n, COALESCE(MAX(s.id), 0) AS last FROM sessions s"
+            "  WHERE s.uid = (SELECT id FROM users WHERE tenant = ? AND user_id = ?)) c"
+            " WHERE u.tenant = ? AND u.user_id = ?",
+            (self.tenant, user_id, self.tenant, user_id),
+        )
+        # the usual case (the version has not moved) in one statement; else all of it, head
+        # included again, in one snapshot (a pipeline of six statements costs ~4x one statement)
+        head = self._read(*head_query)
+        if not head:
+            raise UnknownUserError(user_id, self.url)
+        uid, revision, count, last = (int(v) for v in head[0])
+        if (uid, revision) == tuple(known):
+            return CatchUp((uid, revision), count, last, [], None, {})
+        queries: list[tuple[str, Sequence[Any]]] = [
+            head_query,
+            (
+                "SELECT x.id, x.external_id, x.ts, x.seq, x.metadata FROM sessions x"
+                + of_user
+                + " AND x.id > ? ORDER BY x.ts, x.seq",
+                (*key, after_id),
+            ),
+            (
+                "SELECT x.session_id, x.idx, x.role, x.content FROM turns x"
+                + of_user
+                + " AND x.session_id > ? ORDER BY x.session_id, x.idx",
+                (*key, after_id),
+            ),
+            (
+                f"SELECT {MEMORY_COLUMNS.format(t='x.')} FROM memories x"
+                + of_user
+                + " ORDER BY x.valid_from, x.id",
+                key,
+            ),
+        ]
+        if embedder is not None:
+            queries.append(
+                (
+                    "SELECT x.unit, x.unit_id, x.vector FROM embeddings x"
+                    + of_user
+                    + " AND x.embedder = ? AND ((x.unit = 's' AND x.unit_id > ?) OR x.unit = 'm')",
+                    (*key, embedder, after_id),
+                )
+            )
+        head, sessions, turns, memories, *vectors = self._read_many(queries)
+        if not head:
+            raise UnknownUserError(user_id, self.url)
+        uid, revision, count, last = (int(v) for v in head[0])
+        version = (uid, revision)
+        if version == tuple(known):
+            return CatchUp(version, count, last, [], None, {})
+        return CatchUp(
+            version,
+            count,
+            last,
+            _stored_sessions(user_id, sessions, turns),
+            [_memory_record(user_id, r) for r in memories],
+            {
+                (str(unit), int(unit_id)): np.frombuffer(bytes(blob), dtype=np.float32)
+                for unit, unit_id, blob in (vectors[0] if vectors else [])
+            },
+        )
 
     # --- embeddings --------------------------------------------------------------------------
 
@@ -777,10 +964,7 @@ class SqlStore(ABC):
         self, user_id: str, *, include_superseded: bool = False, kind: str | None = None
     ) -> list[MemoryRecord]:
         """A user's memories, oldest first; only current ones unless ``include_superseded``."""
-        sql = (
-            "SELECT id, kind, category, factor, content, session_id, evidence, valid_from, valid_to,"
-            " superseded_by, source FROM memories WHERE uid = ?"
-        )
+        sql = f"SELECT {MEMORY_COLUMNS.format(t='')} FROM memories WHERE uid = ?"
         with self._read_tx() as tx:
             params: list[Any] = [self._uid(tx, user_id)]
             if not include_superseded:
@@ -789,23 +973,7 @@ class SqlStore(ABC):
                 sql += " AND kind = ?"
                 params.append(kind)
             rows = tx.rows(sql + " ORDER BY valid_from, id", params)
-        return [
-            MemoryRecord(
-                id=int(r[0]),
-                user_id=user_id,
-                kind=r[1],
-                category=r[2],
-                context_factor=r[3],
-                content=r[4],
-                session_id=None if r[5] is None else int(r[5]),
-                evidence_turns=tuple(json.loads(r[6])),
-                valid_from=float(r[7]),
-                valid_to=None if r[8] is None else float(r[8]),
-                superseded_by=None if r[9] is None else int(r[9]),
-                source=r[10],
-            )
-            for r in rows
-        ]
+        return [_memory_record(user_id, r) for r in rows]
 
     def memory_chain(self, user_id: str, memory_id: int) -> list[MemoryRecord]:
         """Every memory of the same context as ``memory_id``, oldest first: its change history."""

@@ -12,9 +12,10 @@ ranking inside the database with it is not implemented yet (see docs/memory.md).
 
 from __future__ import annotations
 
+import select
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -120,6 +121,24 @@ def _migrate(conn: Any, where: str) -> int:
     return current
 
 
+def check_idle(conn: Any) -> None:
+    """Raise if a pooled connection is no longer usable, without a round trip to the server.
+
+    An idle connection has nothing to read. A server that closes one (a restart, a failover, an idle
+    timeout, ``pg_terminate_backend``) first writes an error message or closes the socket, so a
+    readable socket means it is gone: the pool then discards it and hands out (or opens) another.
+    (The pool's own check sends an empty query, a round trip on every checkout: three of a lookup's
+    four round trips on the gateway's request path were such checks and transaction brackets.)
+    A rare unsolicited message (a parameter status after a reload) costs a reconnect, nothing more.
+    """
+    if conn.closed or conn.broken:
+        raise conn.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)  # poll: no wait
+    if readable:
+        conn.close()  # a closed connection is discarded by the pool, not put back
+        raise conn.OperationalError("the server closed or wrote to an idle connection")
+
+
 class _Shared:
     """The connection pool and what was learnt about the database, shared by a store and its views."""
 
@@ -139,9 +158,9 @@ class _Shared:
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True},
-            # an empty query on checkout: a connection that died (server restart, failover, idle
-            # timeout) is replaced instead of failing the call; one short round trip per call
-            check=psycopg_pool.ConnectionPool.check_connection,
+            # a connection the server closed (restart, failover, idle timeout) is replaced on
+            # checkout instead of failing the call, without a round trip (see check_idle)
+            check=check_idle,
             timeout=timeout,
             open=True,
             name="personalign-memory",
@@ -180,9 +199,29 @@ class PostgresStore(SqlStore):
     # --- backend hooks -----------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[Tx]:
-        with self._shared.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            yield Tx(cur, "format")
+    def _write(self, *, pipeline: bool = False) -> Iterator[Tx]:
+        with (
+            self._shared.pool.connection() as conn,
+            conn.pipeline() if pipeline else nullcontext(),
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            yield Tx(cur, "format", pipelined=pipeline)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        # one statement is its own snapshot: no transaction around it (a round trip each way less)
+        with self._shared.pool.connection() as conn:
+            cur = conn.execute(sql.replace("?", "%s"), tuple(params))
+            return [tuple(r) for r in cur.fetchall()] if cur.description is not None else []
+
+    def _read_many(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        # the transaction's brackets and every query in one pipeline: one round trip in all
+        with self._shared.pool.connection() as conn, conn.pipeline() as pipeline:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cursors = [conn.execute(sql.replace("?", "%s"), tuple(params)) for sql, params in queries]
+            conn.execute("COMMIT")
+            pipeline.sync()
+            return [[tuple(r) for r in cur.fetchall()] for cur in cursors]
 
     @contextmanager
     def _read_tx(self) -> Iterator[Tx]:
