@@ -52,7 +52,8 @@ class CatchUp:
     (:meth:`MemoryBackend.catch_up`; one round trip on a database server).
 
     ``version`` is the user's (internal id, revision). When it equals the ``known`` version the
-    caller passed, nothing else was read (the lists are empty, ``memories`` is None).
+    caller passed, nothing else was read: ``count`` and ``last`` are -1, the lists empty and
+    ``memories`` None.
     """
 
     version: tuple[int, int]

@@ -542,7 +542,8 @@ class SqlStore(ABC):
                         (uid, "s", session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items()
                     )
                     ids.append(session_id)
-            # one batch each for the turns and vectors of every session (a round trip each on a server)
+            # one batch each for the turns and vectors of every session, sent with the revision bump and
+            # the commit (one round trip in all on a server: nothing is waited for until the commit)
             tx.many("INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)", turns)
             tx.many(
                 "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, ?, ?, ?, ?)",
@@ -616,25 +617,25 @@ class SqlStore(ABC):
             " AND NOT (u.id = ? AND u.revision = ?)"
         )
         key = (self.tenant, user_id, int(known[0]), int(known[1]))
-        # COUNT and MAX in one aggregate over the user's rows (a lone MAX(id) would be planned as a
-        # backward scan of every user's sessions, slow for users with old ids)
-        head_query = (
-            "SELECT u.id, u.revision, c.n, c.last FROM users u,"
-            " (SELECT COUNT(*) AS n, COALESCE(MAX(s.id), 0) AS last FROM sessions s"
-            "  WHERE s.uid = (SELECT id FROM users WHERE tenant = ? AND user_id = ?)) c"
-            " WHERE u.tenant = ? AND u.user_id = ?",
-            (self.tenant, user_id, self.tenant, user_id),
+        # the usual case (the version has not moved) is one short statement; else all of it in one
+        # snapshot, the version read again (a pipeline of six statements costs ~4x one statement)
+        head = self._read(
+            "SELECT id, revision FROM users WHERE tenant = ? AND user_id = ?", (self.tenant, user_id)
         )
-        # the usual case (the version has not moved) in one statement; else all of it, head
-        # included again, in one snapshot (a pipeline of six statements costs ~4x one statement)
-        head = self._read(*head_query)
         if not head:
             raise UnknownUserError(user_id, self.url)
-        uid, revision, count, last = (int(v) for v in head[0])
-        if (uid, revision) == tuple(known):
-            return CatchUp((uid, revision), count, last, [], None, {})
+        if (int(head[0][0]), int(head[0][1])) == tuple(known):
+            return CatchUp((int(head[0][0]), int(head[0][1])), -1, -1, [], None, {})
         queries: list[tuple[str, Sequence[Any]]] = [
-            head_query,
+            (
+                # COUNT and MAX in one aggregate over the user's rows (a lone MAX(id) would be
+                # planned as a backward scan of every user's sessions, slow for users with old ids)
+                "SELECT u.id, u.revision, c.n, c.last FROM users u,"
+                " (SELECT COUNT(*) AS n, COALESCE(MAX(s.id), 0) AS last FROM sessions s"
+                "  WHERE s.uid = (SELECT id FROM users WHERE tenant = ? AND user_id = ?)) c"
+                " WHERE u.tenant = ? AND u.user_id = ?",
+                (self.tenant, user_id, self.tenant, user_id),
+            ),
             (
                 "SELECT x.id, x.external_id, x.ts, x.seq, x.metadata FROM sessions x"
                 + of_user
@@ -657,10 +658,16 @@ class SqlStore(ABC):
         if embedder is not None:
             queries.append(
                 (
-                    "SELECT x.unit, x.unit_id, x.vector FROM embeddings x"
+                    # looked up by key (unit, id, embedder): only the new sessions' and the memories'
+                    # vectors are read, not every vector of the user
+                    "SELECT x.unit, x.unit_id, x.vector FROM embeddings x WHERE x.unit = 's'"
+                    " AND x.embedder = ? AND x.unit_id IN (SELECT x.id FROM sessions x"
                     + of_user
-                    + " AND x.embedder = ? AND ((x.unit = 's' AND x.unit_id > ?) OR x.unit = 'm')",
-                    (*key, embedder, after_id),
+                    + " AND x.id > ?) UNION ALL SELECT x.unit, x.unit_id, x.vector FROM embeddings x"
+                    " WHERE x.unit = 'm' AND x.embedder = ? AND x.unit_id IN (SELECT x.id FROM memories x"
+                    + of_user
+                    + ")",
+                    (embedder, *key, after_id, embedder, *key),
                 )
             )
         head, sessions, turns, memories, *vectors = self._read_many(queries)
@@ -668,8 +675,8 @@ class SqlStore(ABC):
             raise UnknownUserError(user_id, self.url)
         uid, revision, count, last = (int(v) for v in head[0])
         version = (uid, revision)
-        if version == tuple(known):
-            return CatchUp(version, count, last, [], None, {})
+        if version == tuple(known):  # moved back? (never: revisions only grow) read as unmoved
+            return CatchUp(version, -1, -1, [], None, {})
         return CatchUp(
             version,
             count,
