@@ -317,7 +317,7 @@ class SqlStore(ABC):
 
     @staticmethod
     def _bump(tx: Tx, uid: int) -> None:
-        tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
+        tx.send("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
 
     def _text(self, value: Any, source: str, row: int | None, field: str) -> str:
         check_text(value, source, row, field)
@@ -549,7 +549,7 @@ class SqlStore(ABC):
                 "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, ?, ?, ?, ?)",
                 vectors,
             )
-            tx.send("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
+            self._bump(tx, uid)
         return ids
 
     def sessions(
@@ -606,11 +606,10 @@ class SqlStore(ABC):
         self, user_id: str, *, after_id: int, known: tuple[int, int], embedder: str | None
     ) -> CatchUp:
         """Everything an index at version ``known`` that has seen the sessions up to ``after_id``
-        needs, read in one snapshot (:meth:`_read_many`: one round trip on PostgreSQL): the user's
-        version and session span, and, only if the version moved, their sessions above ``after_id``,
-        every memory, and those sessions' and memories' vectors under ``embedder``."""
-        if not self._lookup_ok(user_id):
-            raise UnknownUserError(user_id, self.url)
+        needs: the user's version (:meth:`user_version`) and, only if it moved, read in one snapshot
+        (:meth:`_read_many`: one round trip on PostgreSQL), the version again, the session count and
+        span, their sessions above ``after_id``, every memory, and those sessions' and memories'
+        vectors under ``embedder``."""
         # rows of the user, read only when their version is not the one the caller has
         of_user = (
             " JOIN users u ON u.id = x.uid WHERE u.tenant = ? AND u.user_id = ?"
@@ -619,13 +618,9 @@ class SqlStore(ABC):
         key = (self.tenant, user_id, int(known[0]), int(known[1]))
         # the usual case (the version has not moved) is one short statement; else all of it in one
         # snapshot, the version read again (a pipeline of six statements costs ~4x one statement)
-        head = self._read(
-            "SELECT id, revision FROM users WHERE tenant = ? AND user_id = ?", (self.tenant, user_id)
-        )
-        if not head:
-            raise UnknownUserError(user_id, self.url)
-        if (int(head[0][0]), int(head[0][1])) == tuple(known):
-            return CatchUp((int(head[0][0]), int(head[0][1])), -1, -1, [], None, {})
+        version = self.user_version(user_id)
+        if version == tuple(known):
+            return CatchUp(version, -1, -1, [], None, {})
         queries: list[tuple[str, Sequence[Any]]] = [
             (
                 # COUNT and MAX in one aggregate over the user's rows (a lone MAX(id) would be
@@ -674,11 +669,8 @@ class SqlStore(ABC):
         if not head:
             raise UnknownUserError(user_id, self.url)
         uid, revision, count, last = (int(v) for v in head[0])
-        version = (uid, revision)
-        if version == tuple(known):  # moved back? (never: revisions only grow) read as unmoved
-            return CatchUp(version, -1, -1, [], None, {})
         return CatchUp(
-            version,
+            (uid, revision),
             count,
             last,
             _stored_sessions(user_id, sessions, turns),

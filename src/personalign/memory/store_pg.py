@@ -210,9 +210,8 @@ class PostgresStore(SqlStore):
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         # one statement is its own snapshot: no transaction around it (a round trip each way less)
-        with self._shared.pool.connection() as conn:
-            cur = conn.execute(sql.replace("?", "%s"), tuple(params))
-            return [tuple(r) for r in cur.fetchall()] if cur.description is not None else []
+        with self._shared.pool.connection() as conn, conn.cursor() as cur:
+            return Tx(cur, "format").rows(sql, params)
 
     def _read_many(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
         # the transaction's brackets and every query in one pipeline: one round trip in all
