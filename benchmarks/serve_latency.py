@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/serve_latency.py [--sessions 100000] [--per-user 100] [--latency 0.1]
         [--postgres auto|URL [--queries PATH.json]] [--replicas 1,2] [--store PATH.sqlite]
-        [--concurrency 1,32] [--requests 2000] [--active-users 200] [--embedder minilm|hash|none]
+        [--route turn|user] [--concurrency 1,32] [--requests 2000] [--active-users 200]
+        [--embedder minilm|static|hash|none]
 
 1. Fills a memory store (SQLite; with ``--postgres``, PostgreSQL) with ``--sessions`` sessions
    (5 turns each) of users holding ``--per-user`` sessions, stored directly with random unit
@@ -10,11 +11,12 @@
    encoding 10^5 sessions would take minutes).
 2. Starts the loopback stub upstream (fixed ``--latency``, streaming SSE) and the gateway
    (``personalign.serve``, httptools + uvloop; ``--replicas`` processes sharing the store, clients
-   sent to them in turn) in their own processes, so the load generator's CPU is not counted.
+   sent to them in turn, or with ``--route user`` each user to one of them) in their own processes,
+   so the load generator's CPU is not counted.
 3. Drives ``--concurrency`` streaming clients: first straight at the stub, then through the gateway
    (each request: retrieve from the user's history, inject, forward, stream, record the exchange).
-   Each active user is touched once on every replica before the timed run (their index is built
-   then; these first touches are reported apart as the cold latency).
+   Each active user is touched once on every replica it is routed to before the timed run (their
+   index is built then; these first touches are reported apart as the cold latency).
 Prints p50/p99 of the full streamed answer time for both, the difference (added latency), time to
 first content byte, requests per second, the load average, and the gateway's CPU per request, for
 every combination of ``--replicas`` and ``--concurrency`` (lists) on the one filled store.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -210,16 +213,29 @@ def run_gateway(ns: argparse.Namespace) -> None:
                 access_log=False, log_config=None, lifespan="on", backlog=4096)  # fmt: skip
 
 
+def replica_of(user: str, replicas: int) -> int:
+    """The replica a user-affine balancer sends ``user`` to (a stable hash of the user id, as a proxy
+    hashing the ``X-Personalign-User`` header would)."""
+    return int.from_bytes(hashlib.blake2b(user.encode(), digest_size=8).digest(), "big") % replicas
+
+
 async def drive(
-    urls: list[str], headers: dict[str, str], jobs: list[tuple[str, str]], concurrency: int
+    urls: list[str],
+    headers: dict[str, str],
+    jobs: list[tuple[str, str]],
+    concurrency: int,
+    route: str = "turn",
 ) -> tuple[list[float], list[float], float, int]:
-    """Run the jobs (user, text) with `concurrency` streaming clients; (totals, first bytes, wall, errors)."""
+    """Run the jobs (user, text) with `concurrency` streaming clients; (totals, first bytes, wall, errors).
+
+    ``route``: ``turn`` sends the jobs to the replicas in turn; ``user`` sends each user to one replica."""
     totals: list[float] = []
     firsts: list[float] = []
     errors = 0
-    queue: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()  # (url, user, text), replicas in turn
-    for n, job in enumerate(jobs):
-        queue.put_nowait((urls[n % len(urls)], *job))
+    queue: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()  # (url, user, text)
+    for n, (user, text) in enumerate(jobs):
+        at = n % len(urls) if route == "turn" else replica_of(user, len(urls))
+        queue.put_nowait((urls[at], user, text))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
 
@@ -284,6 +300,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--replicas", default="1", help="gateway processes sharing the store; a list (1,2) measures each"
+    )
+    parser.add_argument(
+        "--route",
+        default="turn",
+        choices=["turn", "user"],
+        help="with several replicas: requests to each in turn (every user's index catches up with the "
+        "other replica's writes on the request path), or each user to one replica (a balancer hashing "
+        "the user header; docs/serve.md)",
     )
     # internal: the gateway process
     parser.add_argument("--role", default="bench", choices=["bench", "gateway"])
@@ -352,19 +376,22 @@ def measure(
             gateways.append(stack.enter_context(process(gw_args, f"http://127.0.0.1:{port}/healthz")))
         direct_url = [f"{upstream}/chat/completions"]
         gw_urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
-        # cold: the first touch of each active user (index build) on every replica (jobs go to the
-        # replicas in turn, so each user's consecutive copies land on each replica once)
-        warmup = [(u, queries[u][0]) for u in active for _ in gw_urls]
-        cold, _, _, cold_err = asyncio.run(drive(gw_urls, headers, warmup, concurrency))
+        # cold: the first touch of each active user (index build) on every replica it is sent to
+        # (in turn: each user's consecutive copies land on each replica once)
+        copies = len(gw_urls) if ns.route == "turn" else 1
+        warmup = [(u, queries[u][0]) for u in active for _ in range(copies)]
+        cold, _, _, cold_err = asyncio.run(drive(gw_urls, headers, warmup, concurrency, ns.route))
         d_tot, d_first, d_wall, d_err = asyncio.run(drive(direct_url, {}, jobs, concurrency))
+        before = scrape(ports)
         cpu_before = sum(cpu_seconds(g.pid) for g in gateways)
         load_before = os.getloadavg()[0]
-        g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_urls, headers, jobs, concurrency))
+        g_tot, g_first, g_wall, g_err = asyncio.run(drive(gw_urls, headers, jobs, concurrency, ns.route))
         load = (load_before + os.getloadavg()[0]) / 2
         time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
         gw_cpu = sum(cpu_seconds(g.pid) for g in gateways) - cpu_before
-        metrics = "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
-    print(f"\n## {replicas} gateway replica(s), {concurrency} concurrent streaming clients")
+        metrics = scrape(ports)
+    routed = "" if replicas == 1 else f", routed by {'user' if ns.route == 'user' else 'turn (in turn)'}"
+    print(f"\n## {replicas} gateway replica(s){routed}, {concurrency} concurrent streaming clients")
     print(
         f"stub latency {ns.latency * 1000:.0f} ms, {ns.requests} requests over {len(active)} active ", end=""
     )
@@ -384,7 +411,7 @@ def measure(
     per_request = 1000 * gw_cpu / max(1, len(g_tot))
     print(f"gateway process CPU per request (timed run, upkeep included): {per_request:.1f} ms")
     print(f"turns recorded by the gateway: {metric(metrics, 'personalign_turns_recorded_total'):.0f}")
-    print("mean time per request inside the gateway (cold requests included):")
+    print("mean time per request inside the gateway (timed run):")
     for name, what in (
         ("personalign_memory_seconds", "encode + retrieve + select"),
         ("personalign_upstream_seconds", "upstream call (whole stream)"),
@@ -392,18 +419,26 @@ def measure(
         ("personalign_index_upkeep_seconds", "index upkeep after the answer (off the request path)"),
         ("personalign_http_request_seconds", "whole request"),
     ):
-        count = sum(
-            float(line.split()[-1])
-            for line in metrics.splitlines()
-            if line.startswith(f"{name}_count") and ("chat" in line or "{" not in line)
-        )
-        total = sum(
-            float(line.split()[-1])
-            for line in metrics.splitlines()
-            if line.startswith(f"{name}_sum") and ("chat" in line or "{" not in line)
-        )
+        count = chat_sum(metrics, f"{name}_count") - chat_sum(before, f"{name}_count")
+        total = chat_sum(metrics, f"{name}_sum") - chat_sum(before, f"{name}_sum")
         if count:
             print(f"  {what}: {1000 * total / count:.1f} ms")
+
+
+def scrape(ports: list[int]) -> str:
+    """Every replica's /metrics, concatenated."""
+    return "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
+
+
+def chat_sum(metrics: str, sample: str) -> float:
+    """The sum of ``sample`` over the replicas' expositions: unlabelled, or labelled for the chat route."""
+    return sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith(sample)
+        and line[len(sample) : len(sample) + 1] in (" ", "{")
+        and ("chat" in line or "{" not in line)
+    )
 
 
 if __name__ == "__main__":

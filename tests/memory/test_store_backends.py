@@ -462,6 +462,36 @@ def test_catch_up_reads_only_what_moved_since_the_callers_version(make_store: Ma
             store.catch_up(nobody, after_id=0, known=(-1, -1), embedder="e")
 
 
+def test_record_sessions_returns_what_a_read_back_would_and_the_versions_around_it(
+    make_store: MakeStore,
+) -> None:
+    from personalign.memory import NewSession
+
+    store = make_store()
+    store.add_user("ana")
+    store.add_session("ana", CHAT, timestamp=1.0)
+    before = store.user_version("ana")
+    batch = [
+        NewSession(CHAT, timestamp=5.0, metadata={"k": [1, "é"]}, external_id="t1", vectors={"e": vec(1, 2)}),
+        NewSession(CHAT[:1], timestamp=3.0, vectors={"e": vec(3, 4), "f": vec(0, 1)}),
+    ]
+    recorded = store.record_sessions("ana", batch)
+    assert recorded.before == before and recorded.version == store.user_version("ana")
+    ids = [s.id for s in recorded.sessions]
+    read = {s.id: s for s in store.sessions("ana")}
+    assert [read[i] for i in ids] == recorded.sessions  # ids, seq, timestamps, metadata, turns
+    assert recorded.sessions[0].metadata == {"k": [1, "é"]} and recorded.sessions[1].seq == 2
+    assert sorted(recorded.vectors) == ["e", "f"]
+    assert {k: v.tolist() for k, v in recorded.vectors["e"].items()} == {
+        ids[0]: [1.0, 2.0],
+        ids[1]: [3.0, 4.0],
+    }
+    assert recorded.vectors["e"][ids[1]].tolist() == store.vectors("ana", "s", "e", [ids[1]])[ids[1]].tolist()
+    assert list(recorded.vectors["f"]) == [ids[1]]
+    (after,) = store.add_sessions("ana", [NewSession(CHAT[:1])])
+    assert after > max(ids) and store.user_version("ana") == (before[0], before[1] + 2)
+
+
 def test_a_batch_with_a_taken_external_id_names_it_and_stores_nothing(make_store: MakeStore) -> None:
     from personalign.memory import NewSession
 

@@ -139,3 +139,70 @@ def test_a_lookup_reads_the_user_row_once_and_keeps_nothing_for_unknown_users(
     service.view("t").delete_user("ana")  # deleted behind the engine's back (another replica)
     assert service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)[1] is None
     assert "ana" not in engine._indexes
+
+
+def count_reads(view: object, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    reads: list[str] = []
+    for name in ("catch_up", "sessions", "vectors", "user_version", "has_user"):
+        original = getattr(view, name)
+        monkeypatch.setattr(view, name, lambda *a, _o=original, _n=name, **k: reads.append(_n) or _o(*a, **k))
+    return reads
+
+
+def test_upkeep_takes_in_its_own_write_without_reading_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash")
+    service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
+    service.lookup("t", "ana", "Lisbon", k_sessions=3, k_memories=3)  # the index is built
+    qvec = service.encode("Porto trip planning.")
+    recorded = service.record_turn(
+        "t", "ana", turn("Porto trip planning."), session_id="s2", metadata={"m": 1}, user_vector=qvec
+    )
+    reads = count_reads(service.view("t"), monkeypatch)
+    service.warm("t", "ana", recorded)
+    assert reads == []  # appended from what the write returned
+    index = service.engine("t", "ana")._indexes["ana"]
+    # the same index a fresh process builds by reading the store
+    fresh = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash")
+    fresh.lookup("t", "ana", "Lisbon", k_sessions=3, k_memories=3)
+    built = fresh.engine("t", "ana")._indexes["ana"]
+    assert index.sessions == built.sessions and index._revision == built._revision
+    assert index._s.texts == built._s.texts and index._last_session == built._last_session
+    assert all((a == b).all() for a, b in zip(index._s.dense_rows, built._s.dense_rows, strict=True))
+    assert index._s.dense_rows[1].tolist() == qvec.tolist()  # the vector stored with the turn
+    found = service.retrieve("t", "ana", "Porto trip", k_sessions=1, k_memories=0, refresh=False)
+    assert [s.session.turns[0].content for s in found.sessions if s.session] == ["Porto trip planning."]
+    assert reads == ["has_user"]  # the search's own existence check; nothing was read back
+
+
+def test_upkeep_reads_the_store_when_another_write_came_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash")
+    other = MemoryService(str(tmp_path / "m.sqlite"), embedder="hash")  # another replica
+    service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
+    service.lookup("t", "ana", "Lisbon", k_sessions=3, k_memories=3)
+    other.record_turn("t", "ana", turn("Faro trip planning."), session_id="s2", metadata={})
+    recorded = service.record_turn("t", "ana", turn("Porto trip planning."), session_id="s3", metadata={})
+    reads = count_reads(service.view("t"), monkeypatch)
+    service.warm("t", "ana", recorded)
+    assert reads[:1] == ["catch_up"]  # the index was not at the write's starting version: read
+    index = service.engine("t", "ana")._indexes["ana"]
+    assert [s.external_id for s in index.sessions] == ["s1", "s2", "s3"]
+    assert index._revision == service.view("t").user_version("ana")
+
+
+def test_a_recorded_session_older_than_the_indexed_ones_is_not_appended(tmp_path: Path) -> None:
+    from personalign.memory.backend import NewSession
+
+    engine = MemoryEngine(tmp_path / "m.sqlite", embedder="hash")
+    engine.add_user("u")
+    engine.add_session("u", turn("Kelp counts."), timestamp=10.0)
+    engine.retrieve("u", "kelp")
+    index = engine._indexes["u"]
+    late = engine.record_sessions("u", [NewSession(turn("Older kelp notes."), timestamp=5.0)])
+    assert not index.take(late) and len(index.sessions) == 1  # refused, nothing changed
+    engine.refresh("u", late)  # falls back to a read, which rebuilds in the store's order
+    assert [s.timestamp for s in engine._indexes["u"].sessions] == [5.0, 10.0]
+    assert index.rebuilds == 1

@@ -65,6 +65,21 @@ class CatchUp:
     # memory's stored embedding under the embedder asked for (absent: not stored)
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What one write of sessions stored (:meth:`MemoryBackend.record_sessions`), so that an index
+    holding the user at ``before`` can take the sessions in without reading them back.
+
+    ``before`` and ``version`` are the user's (internal id, revision) just before and just after the
+    write; nothing else wrote in between (the write held the user's row).
+    """
+
+    before: tuple[int, int]
+    version: tuple[int, int]
+    sessions: list[StoredSession]  # as stored (ids, seq, timestamps, metadata), in the order given
+    vectors: dict[str, dict[int, npt.NDArray[np.float32]]]  # embedder name -> session id -> vector
+
+
 class UnknownUserError(PersonalignError):
     """A read or write named a user id the store does not hold (for this tenant)."""
 
@@ -108,6 +123,7 @@ class MemoryBackend(Protocol):
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
     ) -> int: ...
     def add_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> list[int]: ...
+    def record_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> Recorded: ...
     def sessions(
         self, user_id: str, *, after_id: int = 0, until_id: int | None = None
     ) -> list[StoredSession]: ...

@@ -20,7 +20,14 @@ import numpy.typing as npt
 
 from personalign.errors import ConfigError
 from personalign.llm import Model
-from personalign.memory.backend import DEFAULT_TENANT, Limits, MemoryBackend, NewSession, UnknownUserError
+from personalign.memory.backend import (
+    DEFAULT_TENANT,
+    Limits,
+    MemoryBackend,
+    NewSession,
+    Recorded,
+    UnknownUserError,
+)
 from personalign.memory.entities import entity_keys
 from personalign.memory.extract import ExtractionReport, extract_pending
 from personalign.memory.index import CHANNELS, UserIndex, dense_text
@@ -155,6 +162,10 @@ class MemoryEngine:
 
     def add_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> list[int]:
         """Record several conversations at once: embedded in one batch, stored in one transaction."""
+        return [s.id for s in self.record_sessions(user_id, sessions).sessions]
+
+    def record_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> Recorded:
+        """:meth:`add_sessions`, returning what was stored (for :meth:`refresh` to take in)."""
         if not self.store.has_user(user_id):
             raise UnknownUserError(user_id, self.store.url)
         if self.embedder is not None and sessions:
@@ -169,7 +180,7 @@ class MemoryEngine:
                 replace(new, vectors={**(new.vectors or {}), self.embedder.name: vectors[n]})
                 for n, new in enumerate(sessions)
             ]
-        return self.store.add_sessions(user_id, sessions)
+        return self.store.record_sessions(user_id, sessions)
 
     def add_memory(self, user_id: str, content: str, **fields: Any) -> MemoryRecord:
         """Store a memory directly (e.g. a statement the user gave); see :meth:`MemoryBackend.add_memory`."""
@@ -198,11 +209,17 @@ class MemoryEngine:
                     raise
             return index
 
-    def refresh(self, user_id: str) -> None:
+    def refresh(self, user_id: str, recorded: Recorded | None = None) -> None:
         """Catch the user's index up with the store and prepare it for search, without searching
-        (index upkeep off a request path: the next search finds everything ready)."""
+        (index upkeep off a request path: the next search finds everything ready).
+
+        ``recorded``: a write this process just made for the user; an index that held the user as
+        they were before it takes the sessions in without reading the store."""
         with self._lock:
-            self._index(user_id).prepare()
+            index = self._indexes.get(user_id) if recorded is not None else None
+            if index is None or recorded is None or not index.take(recorded):
+                index = self._index(user_id)
+            index.prepare()
 
     def retrieve(
         self,

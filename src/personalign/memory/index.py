@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from personalign.memory.backend import CatchUp, MemoryBackend
+from personalign.memory.backend import CatchUp, MemoryBackend, Recorded
 from personalign.memory.entities import EntityIndex, entity_keys, factor_matches
 from personalign.memory.types import MemoryRecord, StoredSession
 from personalign.retrieval import DenseIndex, Embedder, IncrementalBM25, reciprocal_rank_fusion, tokenize
@@ -101,6 +101,23 @@ class UserIndex:
         self._refresh_sessions(found)
         self._refresh_memories(found)
         self._revision = found.version
+
+    def take(self, recorded: Recorded) -> bool:
+        """Append sessions this process just stored, without reading them back, when the index held
+        the user exactly as they were before that write and the sessions come after every indexed one
+        (else False: nothing changes and a :meth:`refresh` reads what moved)."""
+        new = recorded.sessions
+        if recorded.before != self._revision:
+            return False
+        ordered = [_order(s) for s in new]
+        if ordered != sorted(ordered) or (new and self.sessions and ordered[0] <= _order(self.sessions[-1])):
+            return False
+        if new:
+            mine = recorded.vectors.get(self.embedder.name, {}) if self.embedder is not None else {}
+            self._add_sessions(new, {("s", sid): vec for sid, vec in mine.items()})
+            self._last_session = max(self._last_session, max(s.id for s in new))
+        self._revision = recorded.version
+        return True
 
     def prepare(self) -> None:
         """Bring every search structure up to date now (BM25 extended, dense matrix rebuilt), so the

@@ -32,6 +32,7 @@ from personalign.memory.backend import (
     CatchUp,
     Limits,
     NewSession,
+    Recorded,
     UnknownUserError,
 )
 from personalign.memory.supersession import factor_key, same_context, supersession
@@ -457,6 +458,10 @@ class SqlStore(ABC):
 
     def add_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> list[int]:
         """Store several sessions in one transaction (all or none); return their ids in order."""
+        return [s.id for s in self.record_sessions(user_id, sessions).sessions]
+
+    def record_sessions(self, user_id: str, sessions: Sequence[NewSession]) -> Recorded:
+        """:meth:`add_sessions`, returning what was stored and the user's version before and after."""
         rows = []
         for n, new in enumerate(sessions):
             source = session_source(user_id, new.external_id, n, len(sessions))
@@ -477,7 +482,7 @@ class SqlStore(ABC):
             stamp = check_time(new.timestamp, source, None, "timestamp")
             ts = time.time() if stamp is None else stamp
             rows.append((new, source, pairs, meta_json, ts))
-        ids: list[int] = []
+        stored: list[tuple[Any, ...]] = []  # (id, external id, ts, seq, metadata JSON), as given
         turns: list[tuple[Any, ...]] = []
         vectors: list[tuple[Any, ...]] = []
         external = [new.external_id for new, *_ in rows if new.external_id is not None]
@@ -497,7 +502,8 @@ class SqlStore(ABC):
                 locked, state = tx.rows_each(
                     [
                         (
-                            "SELECT id FROM users WHERE tenant = ? AND user_id = ?" + self.lock_suffix,
+                            "SELECT id, revision FROM users WHERE tenant = ? AND user_id = ?"
+                            + self.lock_suffix,
                             (self.tenant, user_id),
                         ),
                         (
@@ -507,11 +513,11 @@ class SqlStore(ABC):
                         ),
                     ]
                 )
-                head = (locked[0][0], *state[0]) if locked else None
+                head = (*locked[0], *state[0]) if locked else None
             if head is None:
                 raise UnknownUserError(user_id, self.url)
-            uid, seq = int(head[0]), int(head[1])
-            if int(head[2]):  # which one, for the error (rare)
+            uid, revision, seq = int(head[0]), int(head[1]), int(head[2])
+            if int(head[3]):  # which one, for the error (rare)
                 for new, source, *_ in rows:
                     if new.external_id is not None and tx.one(
                         "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, new.external_id)
@@ -535,13 +541,13 @@ class SqlStore(ABC):
                         [v for row in values for v in row],
                     )
                 }
-                for n, (new, _, pairs, _, _) in enumerate(chunk):
+                for n, (new, _, pairs, meta_json, ts) in enumerate(chunk):
                     session_id = by_seq[seq + start + n]  # matched by seq: RETURNING order is not promised
                     turns.extend((session_id, uid, i, role, c) for i, (role, c) in enumerate(pairs))
                     vectors.extend(
                         (uid, "s", session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items()
                     )
-                    ids.append(session_id)
+                    stored.append((session_id, new.external_id, ts, seq + start + n, meta_json))
             # one batch each for the turns and vectors of every session, sent with the revision bump and
             # the commit (one round trip in all on a server: nothing is waited for until the commit)
             tx.many("INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)", turns)
@@ -550,7 +556,15 @@ class SqlStore(ABC):
                 vectors,
             )
             self._bump(tx, uid)
-        return ids
+        by_embedder: dict[str, dict[int, npt.NDArray[np.float32]]] = {}
+        for _, _, session_id, name, blob in vectors:  # as a read would return them
+            by_embedder.setdefault(name, {})[session_id] = np.frombuffer(blob, dtype=np.float32)
+        return Recorded(
+            before=(uid, revision),
+            version=(uid, revision + 1),
+            sessions=_stored_sessions(user_id, stored, [(t[0], *t[2:]) for t in turns]),
+            vectors=by_embedder,
+        )
 
     def sessions(
         self, user_id: str, *, after_id: int = 0, until_id: int | None = None

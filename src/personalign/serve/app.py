@@ -30,7 +30,7 @@ from starlette.types import Message as AsgiMessage
 
 from personalign.errors import DataError, ModelCallError, PersonalignError
 from personalign.llm import GenerateConfig, ModelFactory
-from personalign.memory.backend import MemoryBackend
+from personalign.memory.backend import MemoryBackend, Recorded
 from personalign.memory.engine import Retrieval, RetrievalConfig
 from personalign.memory.select import (
     SelectionPolicy,
@@ -256,10 +256,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
         """``fn(*args, **kwargs)`` on the request-path threads."""
         return await asyncio.get_running_loop().run_in_executor(blocking, partial(fn, *args, **kwargs))
 
-    async def warm(tenant: str, user: str, sid: str) -> None:
+    async def warm(tenant: str, user: str, sid: str, recorded: Recorded | None = None) -> None:
         started = time.perf_counter()
         try:
-            await off_loop(service.warm, tenant, user)
+            await off_loop(service.warm, tenant, user, recorded)
             metrics.observe("personalign_index_upkeep_seconds", time.perf_counter() - started)
         except Exception as exc:  # upkeep only: the next request refreshes anyway
             log_event("warm_failed", error=type(exc).__name__)
@@ -423,7 +423,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             recording = time.perf_counter()
             turn_id = "turn_" + secrets.token_hex(8)  # unique: a client's request id may repeat
             try:
-                await off_loop(
+                recorded = await off_loop(
                     service.record_turn, key.tenant, user, exchange, session_id=turn_id, metadata=meta,
                     user_vector=qvec,
                 )  # fmt: skip
@@ -436,7 +436,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             if worker is not None:
                 worker.submit(key.tenant, user)
             if sid not in warming:  # index upkeep after the answer, not before the next one
-                warming[sid] = asyncio.create_task(warm(key.tenant, user, sid))
+                warming[sid] = asyncio.create_task(warm(key.tenant, user, sid, recorded))
 
         created = int(time.time())
         ident = {"id": "chatcmpl-" + request_id, "created": created, "model": upstream.name}

@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from personalign.errors import DataError
-from personalign.memory.backend import MemoryBackend, NewSession, UnknownUserError
+from personalign.memory.backend import MemoryBackend, NewSession, Recorded, UnknownUserError
 from personalign.memory.engine import MemoryEngine, Retrieval, RetrievalConfig
 from personalign.memory.sqlbase import check_text, validate_messages
 from personalign.memory.stores import open_store
@@ -201,9 +201,9 @@ class MemoryService:
         session_id: str,
         metadata: Mapping[str, Any],
         user_vector: npt.NDArray[np.float32] | None = None,
-    ) -> int:
+    ) -> Recorded:
         """Store one exchange as a session (with its embedding) in one transaction (two for a user's
-        first: the user row, then the exchange).
+        first: the user row, then the exchange); what was stored goes to :meth:`warm`.
 
         ``user_vector``: the exchange's user turn already encoded (see :meth:`encode`), stored as the
         session's embedding instead of encoding the same text again.
@@ -225,25 +225,20 @@ class MemoryService:
         session_id: str,
         metadata: Mapping[str, Any],
         user_vector: npt.NDArray[np.float32] | None,
-    ) -> int:
+    ) -> Recorded:
+        new = NewSession(list(messages), metadata=metadata, external_id=session_id)
         users = [m for m in messages if m.get("role") == "user"]
         if user_vector is None or self.embedder is None or len(users) != 1:
-            return self.engine(tenant, user).add_session(
-                user, list(messages), metadata=metadata, session_id=session_id
-            )
-        new = NewSession(
-            list(messages),
-            metadata=metadata,
-            external_id=session_id,
-            vectors={self.embedder.name: user_vector},
-        )
-        return view.add_sessions(user, [new])[0]
+            return self.engine(tenant, user).record_sessions(user, [new])
+        return view.record_sessions(user, [replace(new, vectors={self.embedder.name: user_vector})])
 
-    def warm(self, tenant: str, user: str) -> None:
+    def warm(self, tenant: str, user: str, recorded: Recorded | None = None) -> None:
         """Bring the user's index up to date (new sessions appended, BM25 extended, dense matrix
-        rebuilt) off the request path; no search is run (it used to run a whole retrieval)."""
+        rebuilt) off the request path; no search is run (it used to run a whole retrieval).
+        ``recorded``: the exchange just stored (:meth:`record_turn`), taken in without a read when
+        nothing else wrote for the user since the index was last brought up to date."""
         with contextlib.suppress(UnknownUserError):  # deleted meanwhile: nothing to keep up
-            self.engine(tenant, user).refresh(user)
+            self.engine(tenant, user).refresh(user, recorded)
 
     def refresh(self, tenant: str, user: str) -> None:
         """Bring a user's index up to date now (after a memory write or delete through the API)."""
