@@ -17,7 +17,7 @@ import math
 import numbers
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from typing import Any
@@ -482,49 +482,92 @@ class SqlStore(ABC):
             stamp = check_time(new.timestamp, source, None, "timestamp")
             ts = time.time() if stamp is None else stamp
             rows.append((new, source, pairs, meta_json, ts))
-        stored: list[tuple[Any, ...]] = []  # (id, external id, ts, seq, metadata JSON), as given
+        external = [new.external_id for new, *_ in rows if new.external_id is not None]
+        if len(set(external)) < len(external):
+            seen: set[str] = set()
+            for new, source, *_ in rows:
+                if new.external_id in seen:
+                    raise DataError(source, None, "external_id", "the same id is given twice in this batch")
+                if new.external_id is not None:
+                    seen.add(new.external_id)
+        if not self._lookup_ok(user_id):
+            raise UnknownUserError(user_id, self.url)
+        uid, revision, seq, ids = self._insert_sessions(user_id, rows)
+        by_embedder: dict[str, dict[int, npt.NDArray[np.float32]]] = {}
+        for (new, *_), session_id in zip(rows, ids, strict=True):
+            for name, vector in (new.vectors or {}).items():  # as a read would return them
+                by_embedder.setdefault(name, {})[session_id] = np.frombuffer(_vector_blob(vector), np.float32)
+        return Recorded(
+            before=(uid, revision),
+            version=(uid, revision + 1),
+            sessions=_stored_sessions(
+                user_id,
+                [
+                    (session_id, new.external_id, ts, seq + n, meta_json)
+                    for n, ((new, _, _, meta_json, ts), session_id) in enumerate(zip(rows, ids, strict=True))
+                ],
+                [
+                    (session_id, i, role, content)
+                    for (_, _, pairs, _, _), session_id in zip(rows, ids, strict=True)
+                    for i, (role, content) in enumerate(pairs)
+                ],
+            ),
+            vectors=by_embedder,
+        )
+
+    @staticmethod
+    def _taken(rows: Sequence[tuple[Any, ...]], taken: Callable[[str], Any]) -> DataError:
+        """The error for a batch of validated sessions one of whose external ids is already stored
+        (``taken(id)``: whether it is), naming the first such session."""
+        for new, source, *_ in rows:
+            if new.external_id is not None and taken(new.external_id):
+                return DataError(source, None, "external_id", "a session with this id is already stored")
+        return DataError("sessions", None, "external_id", "an id in this batch is already stored")
+
+    def _insert_sessions(
+        self, user_id: str, rows: Sequence[tuple[Any, ...]]
+    ) -> tuple[int, int, int, list[int]]:
+        """Store validated sessions ``(new, source, pairs, metadata JSON, ts)`` in one transaction with
+        the revision bump; (user's internal id, revision before, first seq, the sessions' ids in order).
+
+        Three round trips on a server, however many sessions: the user row locked, then (sent with it,
+        run once the lock is held) the next seq and whether any external id is taken; the sessions
+        inserted; the rest with the commit. (PostgreSQL overrides this with one round trip.)"""
+        external = [new.external_id for new, *_ in rows if new.external_id is not None]
         turns: list[tuple[Any, ...]] = []
         vectors: list[tuple[Any, ...]] = []
-        external = [new.external_id for new, *_ in rows if new.external_id is not None]
-        # three round trips on a server, however many sessions: the user row locked, then (sent with
-        # it, run once the lock is held) the next seq and whether any external id is taken; the
-        # sessions inserted; the rest with the commit
+        ids: list[int] = []
         with self._write(pipeline=True) as tx:
-            head = None
-            if self._lookup_ok(user_id):
-                of_user = "(SELECT id FROM users WHERE tenant = ? AND user_id = ?)"
-                marks = ", ".join("?" * len(external))
-                taken = (
-                    f"SELECT COUNT(*) FROM sessions WHERE uid = {of_user} AND external_id IN ({marks})"
-                    if external
-                    else "SELECT 0"
-                )
-                locked, state = tx.rows_each(
-                    [
-                        (
-                            "SELECT id, revision FROM users WHERE tenant = ? AND user_id = ?"
-                            + self.lock_suffix,
-                            (self.tenant, user_id),
-                        ),
-                        (
-                            f"SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = {of_user}),"
-                            f" ({taken})",
-                            (self.tenant, user_id, *((self.tenant, user_id, *external) if external else ())),
-                        ),
-                    ]
-                )
-                head = (*locked[0], *state[0]) if locked else None
-            if head is None:
+            of_user = "(SELECT id FROM users WHERE tenant = ? AND user_id = ?)"
+            marks = ", ".join("?" * len(external))
+            taken = (
+                f"SELECT COUNT(*) FROM sessions WHERE uid = {of_user} AND external_id IN ({marks})"
+                if external
+                else "SELECT 0"
+            )
+            locked, state = tx.rows_each(
+                [
+                    (
+                        "SELECT id, revision FROM users WHERE tenant = ? AND user_id = ?" + self.lock_suffix,
+                        (self.tenant, user_id),
+                    ),
+                    (
+                        f"SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = {of_user}),"
+                        f" ({taken})",
+                        (self.tenant, user_id, *((self.tenant, user_id, *external) if external else ())),
+                    ),
+                ]
+            )
+            if not locked:
                 raise UnknownUserError(user_id, self.url)
-            uid, revision, seq = int(head[0]), int(head[1]), int(head[2])
-            if int(head[3]):  # which one, for the error (rare)
-                for new, source, *_ in rows:
-                    if new.external_id is not None and tx.one(
-                        "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, new.external_id)
-                    ):
-                        raise DataError(
-                            source, None, "external_id", "a session with this id is already stored"
-                        )
+            uid, revision, seq = int(locked[0][0]), int(locked[0][1]), int(state[0][0])
+            if int(state[0][1]):  # which one, for the error (rare)
+                raise self._taken(
+                    rows,
+                    lambda ext: tx.one(
+                        "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, ext)
+                    ),
+                )
             now = time.time()
             for start in range(0, len(rows), SESSION_BATCH):  # one multi-row statement per batch
                 chunk = rows[start : start + SESSION_BATCH]
@@ -541,13 +584,13 @@ class SqlStore(ABC):
                         [v for row in values for v in row],
                     )
                 }
-                for n, (new, _, pairs, meta_json, ts) in enumerate(chunk):
+                for n, (new, _, pairs, _, _) in enumerate(chunk):
                     session_id = by_seq[seq + start + n]  # matched by seq: RETURNING order is not promised
                     turns.extend((session_id, uid, i, role, c) for i, (role, c) in enumerate(pairs))
                     vectors.extend(
                         (uid, "s", session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items()
                     )
-                    stored.append((session_id, new.external_id, ts, seq + start + n, meta_json))
+                    ids.append(session_id)
             # one batch each for the turns and vectors of every session, sent with the revision bump and
             # the commit (one round trip in all on a server: nothing is waited for until the commit)
             tx.many("INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)", turns)
@@ -556,15 +599,7 @@ class SqlStore(ABC):
                 vectors,
             )
             self._bump(tx, uid)
-        by_embedder: dict[str, dict[int, npt.NDArray[np.float32]]] = {}
-        for _, _, session_id, name, blob in vectors:  # as a read would return them
-            by_embedder.setdefault(name, {})[session_id] = np.frombuffer(blob, dtype=np.float32)
-        return Recorded(
-            before=(uid, revision),
-            version=(uid, revision + 1),
-            sessions=_stored_sessions(user_id, stored, [(t[0], *t[2:]) for t in turns]),
-            vectors=by_embedder,
-        )
+        return uid, revision, seq, ids
 
     def sessions(
         self, user_id: str, *, after_id: int = 0, until_id: int | None = None

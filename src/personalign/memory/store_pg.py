@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from personalign.errors import ConfigError
-from personalign.memory.backend import DEFAULT_LIMITS, DEFAULT_TENANT, Limits
-from personalign.memory.sqlbase import SqlStore, Tx, check_tenant
+from personalign.memory.backend import DEFAULT_LIMITS, DEFAULT_TENANT, Limits, UnknownUserError
+from personalign.memory.sqlbase import SqlStore, Tx, _vector_blob, check_tenant
 
 SCHEMA_VERSION = 1
 # pg_advisory_xact_lock key of schema migrations (any constant; "pmem" in ASCII).
@@ -66,6 +66,33 @@ CREATE INDEX history_memory_id ON memory_history (memory_id);
 CREATE INDEX embeddings_user ON embeddings (uid, unit, embedder);
 CREATE INDEX extractions_user ON extractions (uid, extractor)
 """
+
+# Sessions, their turns and vectors stored in one statement (one row per session / turn / vector
+# in parallel arrays; ``n`` is a session's place in the batch). Sent after the statement that locks
+# the user's row, it takes its snapshot once the lock is held, so the next seq it reads is current.
+_INSERT_SESSIONS = """
+WITH u AS (
+  SELECT id, (SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = users.id) AS seq0
+  FROM users WHERE tenant = %(tenant)s AND user_id = %(user)s),
+s AS (
+  INSERT INTO sessions (uid, external_id, ts, seq, n_turns, metadata, created)
+  SELECT u.id, v.ext, v.ts, u.seq0 + v.n, v.nt, v.meta, %(now)s
+  FROM u, unnest(%(n)s::int[], %(ext)s::text[], %(ts)s::float8[], %(nt)s::int[], %(meta)s::text[])
+    AS v(n, ext, ts, nt, meta)
+  RETURNING id, seq, uid),
+t AS (
+  INSERT INTO turns (session_id, uid, idx, role, content)
+  SELECT s.id, s.uid, v.idx, v.role, v.content
+  FROM u CROSS JOIN s JOIN unnest(%(tn)s::int[], %(ti)s::int[], %(tr)s::text[], %(tc)s::text[])
+    AS v(n, idx, role, content) ON s.seq = u.seq0 + v.n),
+e AS (
+  INSERT INTO embeddings (uid, unit, unit_id, embedder, vector)
+  SELECT s.uid, 's', s.id, v.name, v.vec
+  FROM u CROSS JOIN s JOIN unnest(%(vn)s::int[], %(vname)s::text[], %(vec)s::bytea[])
+    AS v(n, name, vec) ON s.seq = u.seq0 + v.n)
+SELECT s.seq - u.seq0, s.id, u.seq0 FROM s, u
+"""
+_EXTERNAL_ID_TAKEN = "sessions_uid_external_id_key"  # the UNIQUE (uid, external_id) constraint
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "memory store tables with tenants and internal user ids", _SCHEMA_V1),
@@ -231,6 +258,71 @@ class PostgresStore(SqlStore):
                 yield Tx(cur, "format")
             finally:
                 cur.execute("COMMIT")
+
+    def _insert_sessions(
+        self, user_id: str, rows: Sequence[tuple[Any, ...]]
+    ) -> tuple[int, int, int, list[int]]:
+        # One round trip: the row lock, the one-statement insert, the revision bump and the commit
+        # sent together (SqlStore's generic write takes three: it needs the ids and seq back first).
+        params: dict[str, Any] = {"tenant": self.tenant, "user": user_id, "now": time.time()}
+        params.update(
+            n=[], ext=[], ts=[], nt=[], meta=[], tn=[], ti=[], tr=[], tc=[], vn=[], vname=[], vec=[]
+        )
+        for n, (new, _, pairs, meta_json, ts) in enumerate(rows):
+            for key, value in (
+                ("n", n),
+                ("ext", new.external_id),
+                ("ts", ts),
+                ("nt", len(pairs)),
+                ("meta", meta_json),
+            ):
+                params[key].append(value)
+            for i, (role, content) in enumerate(pairs):
+                for key, value in (("tn", n), ("ti", i), ("tr", role), ("tc", content)):
+                    params[key].append(value)
+            for name, vector in (new.vectors or {}).items():
+                for key, value in (("vn", n), ("vname", name), ("vec", _vector_blob(vector))):
+                    params[key].append(value)
+        psycopg = self._shared.psycopg
+        with self._shared.pool.connection() as conn:
+            try:
+                with conn.pipeline() as pipeline:
+                    conn.execute("BEGIN")
+                    locked = conn.execute(
+                        "SELECT id, revision FROM users WHERE tenant = %s AND user_id = %s FOR UPDATE",
+                        (self.tenant, user_id),
+                    )
+                    made = conn.execute(_INSERT_SESSIONS, params)
+                    conn.execute(
+                        "UPDATE users SET revision = revision + 1 WHERE tenant = %s AND user_id = %s",
+                        (self.tenant, user_id),
+                    )
+                    conn.execute("COMMIT")
+                    pipeline.sync()
+                    head, ids = locked.fetchall(), made.fetchall()
+                taken = None
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != _EXTERNAL_ID_TAKEN:
+                    raise
+                taken = exc
+            finally:  # an error left the transaction open (failed): end it before the pool takes it back
+                idle = psycopg.pq.TransactionStatus.IDLE
+                if not conn.closed and conn.info.transaction_status != idle:
+                    conn.execute("ROLLBACK")
+        if taken is not None:  # which session's id, for the error (rare)
+            of_user = "(SELECT id FROM users WHERE tenant = %s AND user_id = %s)"
+            raise self._taken(
+                rows,
+                lambda ext: self._read(
+                    f"SELECT 1 FROM sessions WHERE uid = {of_user} AND external_id = %s",
+                    (self.tenant, user_id, ext),
+                ),
+            ) from None
+        if not head:
+            raise UnknownUserError(user_id, self.url)
+        by_place = {int(n): int(session_id) for n, session_id, _ in ids}
+        seq = int(ids[0][2]) if ids else 0
+        return int(head[0][0]), int(head[0][1]), seq, [by_place[n] for n in range(len(rows))]
 
     def _backend_problems(self) -> list[str]:
         version = self.schema_version()
