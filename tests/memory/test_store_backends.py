@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -423,6 +425,251 @@ def test_the_pool_check_discards_a_connection_with_anything_to_read() -> None:
         check_idle(conn)
     ours.close()
     server.close()
+
+
+# --- a connection lost between checkout and use: reads retried once, writes never ----------------
+
+
+def terminate_backends(url: str) -> None:
+    """Terminate every other backend of ``url``'s database, each waited for until it has exited."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert killed and all(done for (done,) in killed)  # the pool's connection was there to kill
+
+
+@pytest.fixture
+def unchecked(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, str]]:
+    """A PostgreSQL store (and its URL, with a password) whose pool hands out its one connection
+    without the checkout check: a backend terminated while it sits in the pool is then a backend
+    killed in the instant between checkout and use, which no checkout check can see."""
+    from personalign.memory import store_pg
+
+    monkeypatch.setattr(store_pg, "check_idle", lambda conn: None)  # read when the pool is made
+    url = postgres_url.replace("://personalign@", "://personalign:hunter2@")  # trust auth: unused
+    store = open_store(url, pool_size=1)
+    store.add_user("ana")
+    store.add_session("ana", CHAT, timestamp=1.0, vectors={"e": vec(1, 0)})
+    store.add_memory("ana", "Lead with counts.", context_factor="Okafor")
+    yield store, url
+    store.close()
+
+
+def count_checkouts(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One item per connection taken from the store's pool from now on."""
+    pool = store._shared.pool
+    taken: list[int] = []
+    checkout = pool.connection
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return checkout(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "connection", counted)
+    return taken
+
+
+@pytest.mark.parametrize("read", ["user_version", "catch_up", "catch_up_snapshot", "sessions"])
+def test_a_read_on_a_connection_killed_before_use_is_retried_once(
+    unchecked: tuple[Any, str],
+    read: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A backend killed between checkout and use fails the read's first round trip: the read runs
+    again on another connection and the lost one leaves the pool. One test per read path: a
+    one-statement read (``_read``), a catch-up whose version check meets the kill, a catch-up whose
+    pipelined snapshot (``_read_many``) meets it, and a multi-statement snapshot (``_read_tx``)."""
+    store, url = unchecked
+    version = store.user_version("ana")
+    session = store.sessions("ana")[0]
+    before = store._shared.pool.get_stats().get("returns_bad", 0)
+    taken = count_checkouts(store, monkeypatch)
+    if read == "catch_up_snapshot":  # the kill after the version check, before the snapshot
+        check_version = store.user_version
+
+        def then_kill(user_id: str) -> tuple[int, int]:
+            found = check_version(user_id)
+            terminate_backends(url)
+            return found  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(store, "user_version", then_kill)
+    else:
+        terminate_backends(url)
+    with caplog.at_level(logging.WARNING):
+        if read == "user_version":
+            assert store.user_version("ana") == version
+        elif read == "sessions":
+            assert store.sessions("ana") == [session]
+        else:
+            found = store.catch_up("ana", after_id=0, known=(-1, -1), embedder="e")
+            assert found.version == version and [s.id for s in found.sessions] == [session.id]
+            assert [m.content for m in found.memories or []] == ["Lead with counts."]
+            assert found.vectors[("s", session.id)].tolist() == [1.0, 0.0]
+    assert store.read_retries == 1
+    # the lost connection was discarded (the pool's own count of bad returns), not put back
+    assert store._shared.pool.get_stats().get("returns_bad", 0) == before + 1
+    assert len(taken) == (3 if read.startswith("catch_up") else 2)  # one more checkout: the retry
+    retried = [json.loads(r.getMessage()) for r in caplog.records if "read_retried" in r.getMessage()]
+    # a pipeline sees the closed socket, not the server's message: no SQLSTATE (see connection_lost)
+    lost = ("OperationalError", None) if read == "catch_up_snapshot" else ("AdminShutdown", "57P01")
+    assert [(r["event"], r["error"], r["sqlstate"]) for r in retried] == [
+        ("memory_store_read_retried", *lost)
+    ]
+    assert retried[0]["store"] == store.url and "hunter2" not in caplog.text
+    assert store.count_sessions("ana") == 1 and store.read_retries == 1  # the pool is healthy again
+
+
+def test_a_write_on_a_lost_connection_raises_and_is_not_retried(
+    unchecked: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write whose connection is lost may have committed (unknowable from here): it is never run
+    again. The error names the store (no password) and what is known of the outcome."""
+    import psycopg
+
+    from personalign.memory import NewSession
+
+    store, url = unchecked
+    before = store.row_counts()
+    taken = count_checkouts(store, monkeypatch)
+    terminate_backends(url)
+    with pytest.raises(psycopg.OperationalError, match="not retried") as info:
+        store.add_sessions("ana", [NewSession(CHAT, external_id="once")])  # a pipelined write
+    message = str(info.value)
+    assert store.url in message and "nothing of it was stored" in message and "hunter2" not in message
+    assert len(taken) == 1  # one checkout: no second attempt
+    store._shared.pool.wait(10)  # until the pool has opened a connection instead (in its own thread)
+    terminate_backends(url)
+    with pytest.raises(psycopg.OperationalError, match="not retried"):
+        store.add_user("ben")  # a plain (not pipelined) write
+    assert len(taken) == 2
+    assert store.read_retries == 0
+    assert store.row_counts() == before and not store.has_user("ben")  # nothing stored, once or twice
+    assert [s.external_id for s in store.sessions("ana")] == [None]
+
+
+def test_a_query_error_is_not_retried(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Errors of the statement itself leave the connection usable: raised as they are, run once."""
+    import psycopg
+
+    store: Any = open_store(postgres_url, pool_size=1)
+    taken = count_checkouts(store, monkeypatch)
+    with pytest.raises(psycopg.errors.SyntaxError):
+        store._read("SELEC 1")
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        store._read_many([("SELECT 1", ()), ("SELECT 1 / 0", ())])
+    store._read("SELECT set_config('statement_timeout', '50', false)")  # this one connection's
+    with pytest.raises(psycopg.errors.QueryCanceled):  # an OperationalError, on a live connection
+        store._read("SELECT pg_sleep(5)")
+    assert len(taken) == 4 and store.read_retries == 0
+    assert store._shared.pool.get_stats().get("returns_bad", 0) == 0
+    store.close()
+
+
+def test_a_connection_lost_inside_a_snapshot_fails_the_read_with_the_loss(unchecked: tuple[Any, str]) -> None:
+    """Only a read's first round trip is retried: later queries of a snapshot read cannot be run
+    again on another connection (rows of the old snapshot are already out). The error is the
+    loss itself, not a failed COMMIT on the closed connection."""
+    import psycopg
+
+    store, url = unchecked
+    with pytest.raises(psycopg.errors.AdminShutdown), store._read_tx() as tx:
+        assert tx.rows("SELECT COUNT(*) FROM sessions") == [(1,)]
+        terminate_backends(url)
+        tx.rows("SELECT COUNT(*) FROM turns")
+    assert store.read_retries == 0 and store.count_sessions("ana") == 1
+
+
+def test_connection_lost_is_the_connections_state_not_the_errors_class() -> None:
+    """The retry test: a driver error after which the connection is closed. The class and the
+    SQLSTATE would mislead: a statement timeout is an OperationalError on a live connection, a
+    pipelined read's loss has no SQLSTATE, an idle-in-transaction kill is an InternalError."""
+    psycopg = pytest.importorskip("psycopg")
+    from personalign.memory.store_pg import connection_lost
+
+    class Conn:
+        Error = psycopg.Error
+
+        def __init__(self, closed: bool) -> None:
+            self.closed = closed
+
+    lost = [
+        psycopg.errors.AdminShutdown("terminating connection due to administrator command"),  # 57P01
+        psycopg.errors.CrashShutdown("terminating connection because of crash"),  # 57P02
+        psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly"),
+        psycopg.errors.IdleInTransactionSessionTimeout("terminating connection"),  # 25P03
+    ]
+    statement = [
+        psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),  # 57014
+        psycopg.errors.SyntaxError("syntax error"),
+        psycopg.errors.UniqueViolation("duplicate key"),
+        psycopg.errors.DivisionByZero("division by zero"),
+    ]
+    assert all(connection_lost(Conn(closed=True), e) for e in lost)
+    assert not any(connection_lost(Conn(closed=False), e) for e in lost + statement)
+    assert not connection_lost(Conn(closed=True), ValueError("not the driver's"))
+
+
+def test_a_read_whose_retry_fails_too_raises_the_second_error_naming_the_store() -> None:
+    """Retried once, not again: the second failure is raised (its class kept), naming the store by
+    its redacted URL and the first failure, which is chained."""
+    psycopg = pytest.importorskip("psycopg")
+    from personalign.memory.store_pg import PostgresStore
+
+    errors = iter(
+        [
+            psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+            psycopg.OperationalError("consuming input failed: server closed the connection\n\tunexpectedly"),
+        ]
+    )
+    checkouts: list[Conn] = []
+
+    class Cursor:
+        def __init__(self, conn: Conn) -> None:
+            self.conn = conn
+
+        def __enter__(self) -> Cursor:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def execute(self, sql: str, params: object = ()) -> None:
+            self.conn.closed = True
+            raise next(errors)
+
+    class Conn:
+        Error = psycopg.Error
+        closed = False
+
+        def cursor(self) -> Cursor:
+            return Cursor(self)
+
+    class Pool:
+        @contextmanager
+        def connection(self) -> Iterator[Conn]:
+            checkouts.append(Conn())
+            yield checkouts[-1]
+
+    class Shared:
+        read_retries, lock, pool, migrated_from, pgvector = 0, threading.Lock(), Pool(), 1, False
+
+    Shared.psycopg = psycopg  # type: ignore[attr-defined]
+    store = PostgresStore("postgresql://me:hunter2@db.example/mem", _shared=Shared())  # type: ignore[arg-type]
+    with pytest.raises(psycopg.OperationalError) as info:
+        store.has_user("ana")
+    message = str(info.value)
+    assert type(info.value) is psycopg.OperationalError  # the second error's class
+    assert message.startswith("memory store postgresql://me:***@db.example/mem: a read retried once")
+    assert "AdminShutdown: terminating connection" in message  # the first, mentioned
+    assert "connection unexpectedly" in message and "\n" not in message and "hunter2" not in message
+    assert isinstance(info.value.__cause__, psycopg.OperationalError)  # the second, chained
+    assert isinstance(info.value.__cause__.__context__, psycopg.errors.AdminShutdown)  # and the first
+    assert len(checkouts) == 2 and store.read_retries == 1
 
 
 # --- catching an index up ------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Needs the ``serve`` extra (psycopg 3 and psycopg-pool). Connections come from a pool; every write is
 one transaction that first locks its user's row (``SELECT ... FOR UPDATE``), so writers to one user
 queue and writers to different users run in parallel. Schema migrations run on open under a
-transaction-scoped advisory lock: concurrent openers wait, and each migration runs once.
+transaction-scoped advisory lock: concurrent openers wait, and each migration runs once. A read
+whose connection turns out lost (killed between checkout and use) runs once more on another one
+(:meth:`PostgresStore._reading`, :func:`connection_lost`); a write never does.
 
 Dense search is exact (numpy over the user's vectors, :meth:`SqlStore.search_vectors`). Whether the
 ``vector`` extension (pgvector) is installed is detected on open (:attr:`PostgresStore.pgvector`);
@@ -12,16 +14,22 @@ ranking inside the database with it is not implemented yet (see docs/memory.md).
 
 from __future__ import annotations
 
+import json
+import logging
 import select
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from personalign.errors import ConfigError
 from personalign.memory.backend import DEFAULT_LIMITS, DEFAULT_TENANT, Limits, UnknownUserError
 from personalign.memory.sqlbase import SqlStore, Tx, _vector_blob, check_tenant
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 # pg_advisory_xact_lock key of schema migrations (any constant; "pmem" in ASCII).
@@ -166,12 +174,45 @@ def check_idle(conn: Any) -> None:
         raise conn.OperationalError("the server closed or wrote to an idle connection")
 
 
+def connection_lost(conn: Any, exc: BaseException) -> bool:
+    """Whether ``exc``, raised by the driver while ``conn`` ran a statement, means the connection
+    is gone (so a read may run again on another one), not that the statement failed.
+
+    Decided by the connection's state after the error, not by the error's class or SQLSTATE:
+
+    - a lost connection often has no SQLSTATE: a socket closed under a pipelined read raises a bare
+      ``OperationalError`` ("consuming input failed: server closed the connection unexpectedly");
+      SQLSTATE class 08 is mostly raised on connecting, which the pool does, not the read;
+    - the class says nothing either way: ``QueryCanceled`` (a statement timeout or a cancel, 57014)
+      is an ``OperationalError`` on a connection that is still fine (the query's own failure: not
+      retried, like syntax, data and constraint errors), while ``IdleInTransactionSessionTimeout``
+      (25P03) is an ``InternalError`` after which the server has closed the connection;
+    - every server-side kill (57P01 ``pg_terminate_backend`` or a fast shutdown, 57P02 another
+      backend's crash, an idle-session timeout) is a FATAL after which the server closes the socket,
+      and libpq marks the connection bad: ``closed`` (libpq status BAD) is then true. 57P03 (cannot
+      connect now) only happens while connecting.
+
+    ``closed`` is also exactly what the pool tests on a returned connection (transaction status
+    UNKNOWN, i.e. libpq status BAD): it discards it and opens another, so a retry never runs on the
+    lost connection. A statement that itself brings its backend down (a server crash) looks the
+    same from here; it runs once more, never more than that.
+    """
+    return isinstance(exc, conn.Error) and bool(conn.closed)
+
+
+def _flat(exc: BaseException) -> str:
+    """An error on one line (libpq's messages span several), named by its class."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 class _Shared:
     """The connection pool and what was learnt about the database, shared by a store and its views."""
 
     def __init__(self, url: str, pool_size: int, timeout: float) -> None:
         psycopg, psycopg_pool = _import_psycopg()
         self.psycopg = psycopg
+        self.read_retries = 0  # reads run again after a lost connection (see PostgresStore._reading)
+        self.lock = threading.Lock()
         shown = redact(url)
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout))) as conn:
@@ -225,39 +266,126 @@ class PostgresStore(SqlStore):
 
     # --- backend hooks -----------------------------------------------------------------------
 
+    @property
+    def read_retries(self) -> int:
+        """Reads run a second time after their connection was lost (by this store and its views)."""
+        return self._shared.read_retries
+
     @contextmanager
     def _write(self, *, pipeline: bool = False) -> Iterator[Tx]:
-        with (
-            self._shared.pool.connection() as conn,
-            conn.pipeline() if pipeline else nullcontext(),
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            yield Tx(cur, "format", pipelined=pipeline)
+        # never retried: once the connection is lost the outcome may be unknown (a COMMIT may have
+        # landed), and the gateway acknowledges only what is stored; the error says which case it is
+        conn, committing = None, False
+        try:
+            with (
+                self._shared.pool.connection() as conn,
+                conn.pipeline() if pipeline else nullcontext(),
+                conn.transaction(),
+                conn.cursor() as cur,
+            ):
+                yield Tx(cur, "format", pipelined=pipeline)
+                committing = True  # the exits below send the COMMIT (and, pipelined, wait for it)
+        except self._shared.psycopg.Error as exc:
+            if conn is None or not connection_lost(conn, exc):
+                raise
+            outcome = "it may or may not have been committed" if committing else "nothing of it was stored"
+            raise type(exc)(
+                f"memory store {self.url}: the connection was lost during a write, which is not"
+                f" retried ({outcome}): {_flat(exc)}"
+            ) from exc
+
+    @contextmanager
+    def _reading(self, start: Callable[[Any], T]) -> Iterator[tuple[Any, T]]:
+        """A pooled connection and what ``start`` (a read's first round trip, or all of a read
+        that is one) returned on it. If the connection turns out lost (:func:`connection_lost`:
+        killed between checkout and use, or while ``start`` ran), the pool discards it and
+        ``start`` runs once more on another connection, which passed the checkout check or is new;
+        a second failure raises, naming the store and the first error. What runs after ``start``
+        (the rest of a multi-statement read) is not retried: it has already seen rows of a
+        snapshot that a new connection would not share."""
+        psycopg = self._shared.psycopg
+        first: BaseException | None = None
+        while True:
+            started = False
+            try:
+                with self._shared.pool.connection() as conn:
+                    try:
+                        result = start(conn)
+                    except psycopg.Error as exc:
+                        if first is not None or not connection_lost(conn, exc):
+                            raise
+                        first = exc
+                        self._count_retry(exc)
+                        continue  # the with returns the lost connection: the pool discards it
+                    started = True
+                    yield conn, result
+                    return
+            except psycopg.Error as exc:  # the retry's checkout (a PoolTimeout) or its statement
+                if first is None or started:
+                    raise
+                exc.__context__ = first  # the retry ran while handling the first loss: both shown
+                raise type(exc)(
+                    f"memory store {self.url}: a read retried once after its connection was lost"
+                    f" ({_flat(first)}) failed again: {_flat(exc)}"
+                ) from exc
+
+    def _count_retry(self, exc: BaseException) -> None:
+        with self._shared.lock:
+            self._shared.read_retries += 1
+        # one line, without the password (self.url is redacted) or the server's message
+        log.warning(
+            json.dumps(
+                {
+                    "event": "memory_store_read_retried",
+                    "store": self.url,
+                    "error": type(exc).__name__,
+                    "sqlstate": getattr(exc, "sqlstate", None),
+                }
+            )
+        )
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         # one statement is its own snapshot: no transaction around it (a round trip each way less)
-        with self._shared.pool.connection() as conn, conn.cursor() as cur:
-            return Tx(cur, "format").rows(sql, params)
+        def run(conn: Any) -> list[tuple[Any, ...]]:
+            with conn.cursor() as cur:
+                return Tx(cur, "format").rows(sql, params)
+
+        with self._reading(run) as (_, rows):
+            return rows
 
     def _read_many(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
         # the transaction's brackets and every query in one pipeline: one round trip in all
-        with self._shared.pool.connection() as conn, conn.pipeline() as pipeline:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cursors = [conn.execute(sql.replace("?", "%s"), tuple(params)) for sql, params in queries]
-            conn.execute("COMMIT")
-            pipeline.sync()
-            return [[tuple(r) for r in cur.fetchall()] for cur in cursors]
+        def run(conn: Any) -> list[list[tuple[Any, ...]]]:
+            with conn.pipeline() as pipeline:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursors = [conn.execute(sql.replace("?", "%s"), tuple(params)) for sql, params in queries]
+                conn.execute("COMMIT")
+                pipeline.sync()
+                return [[tuple(r) for r in cur.fetchall()] for cur in cursors]
+
+        with self._reading(run) as (_, results):
+            return results
 
     @contextmanager
     def _read_tx(self) -> Iterator[Tx]:
-        # one snapshot for all of a read's queries; read-only, so it never waits on a writer
-        with self._shared.pool.connection() as conn, conn.cursor() as cur:
-            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # one snapshot for all of a read's queries; read-only, so it never waits on a writer. The
+        # BEGIN is the connection's first round trip (where a kill between checkout and use shows):
+        # it is retried; a loss after it fails the read (its queries cannot be run again from here)
+        def begin(conn: Any) -> Any:
+            cur = conn.cursor()
+            try:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            except BaseException:
+                cur.close()
+                raise
+            return cur
+
+        with self._reading(begin) as (conn, cur), cur:
             try:
                 yield Tx(cur, "format")
             finally:
-                cur.execute("COMMIT")
+                if not conn.closed:  # else the loss itself is the error to see, not "closed"
+                    cur.execute("COMMIT")
 
     def _insert_sessions(
         self, user_id: str, rows: Sequence[tuple[Any, ...]]
