@@ -739,6 +739,26 @@ def test_record_sessions_returns_what_a_read_back_would_and_the_versions_around_
     assert after > max(ids) and store.user_version("ana") == (before[0], before[1] + 2)
 
 
+def test_a_refused_batch_leaves_the_connection_fit_for_the_next_write(
+    make_store: MakeStore, store_url: str
+) -> None:
+    from personalign.memory import NewSession
+
+    # one pooled connection on PostgreSQL: the write after each refusal runs on the same connection
+    store = make_store(**({"pool_size": 1} if store_url.startswith("postgresql") else {}))
+    store.add_user("ana")
+    with pytest.raises(DataError, match="given twice in this batch") as info:
+        store.add_sessions("ana", [NewSession(CHAT, external_id="t1"), NewSession(CHAT, external_id="t1")])
+    assert "'t1'" in str(info.value) and "sessions 0 and 1" in str(info.value)
+    store.add_session("ana", CHAT, external_id="t1")
+    for _ in range(2):
+        with pytest.raises(DataError, match="already stored"):
+            store.add_sessions("ana", [NewSession(CHAT, external_id="t1")])
+        assert store.add_session("ana", CHAT[:1]) > 0
+    assert [s.seq for s in store.sessions("ana")] == [0, 1, 2]
+    assert store.user_version("ana")[1] == 3
+
+
 def test_a_batch_with_a_taken_external_id_names_it_and_stores_nothing(make_store: MakeStore) -> None:
     from personalign.memory import NewSession
 

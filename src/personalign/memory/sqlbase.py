@@ -484,12 +484,15 @@ class SqlStore(ABC):
             rows.append((new, source, pairs, meta_json, ts))
         external = [new.external_id for new, *_ in rows if new.external_id is not None]
         if len(set(external)) < len(external):
-            seen: set[str] = set()
-            for new, source, *_ in rows:
+            seen: dict[str, int] = {}
+            for n, (new, source, *_) in enumerate(rows):
                 if new.external_id in seen:
-                    raise DataError(source, None, "external_id", "the same id is given twice in this batch")
+                    where = f"(sessions {seen[new.external_id]} and {n}, counted from 0)"
+                    raise DataError(
+                        source, None, "external_id", f"the same id is given twice in this batch {where}"
+                    )
                 if new.external_id is not None:
-                    seen.add(new.external_id)
+                    seen[new.external_id] = n
         if not self._lookup_ok(user_id):
             raise UnknownUserError(user_id, self.url)
         uid, revision, seq, ids = self._insert_sessions(user_id, rows)

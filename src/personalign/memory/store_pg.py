@@ -273,22 +273,29 @@ class PostgresStore(SqlStore):
 
     @contextmanager
     def _write(self, *, pipeline: bool = False) -> Iterator[Tx]:
-        # never retried: once the connection is lost the outcome may be unknown (a COMMIT may have
-        # landed), and the gateway acknowledges only what is stored; the error says which case it is
-        conn, committing = None, False
+        with (
+            self._writing() as (conn, sent),
+            conn.pipeline() if pipeline else nullcontext(),
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            yield Tx(cur, "format", pipelined=pipeline)
+            sent.append(True)  # the exits below send the COMMIT (and, pipelined, wait for it)
+
+    @contextmanager
+    def _writing(self) -> Iterator[tuple[Any, list[bool]]]:
+        """A pooled connection for one write transaction, and a list to append to once its COMMIT is
+        about to be sent. Never retried: once the connection is lost the outcome may be unknown (a
+        COMMIT may have landed), and the gateway acknowledges only what is stored; the error says
+        which case it is."""
+        conn, sent = None, list[bool]()
         try:
-            with (
-                self._shared.pool.connection() as conn,
-                conn.pipeline() if pipeline else nullcontext(),
-                conn.transaction(),
-                conn.cursor() as cur,
-            ):
-                yield Tx(cur, "format", pipelined=pipeline)
-                committing = True  # the exits below send the COMMIT (and, pipelined, wait for it)
+            with self._shared.pool.connection() as conn:
+                yield conn, sent
         except self._shared.psycopg.Error as exc:
             if conn is None or not connection_lost(conn, exc):
                 raise
-            outcome = "it may or may not have been committed" if committing else "nothing of it was stored"
+            outcome = "it may or may not have been committed" if sent else "nothing of it was stored"
             raise type(exc)(
                 f"memory store {self.url}: the connection was lost during a write, which is not"
                 f" retried ({outcome}): {_flat(exc)}"
@@ -392,27 +399,36 @@ class PostgresStore(SqlStore):
     ) -> tuple[int, int, int, list[int]]:
         # One round trip: the row lock, the one-statement insert, the revision bump and the commit
         # sent together (SqlStore's generic write takes three: it needs the ids and seq back first).
+        def columns(names: str, values: list[tuple[Any, ...]]) -> dict[str, list[Any]]:
+            return dict(
+                zip(
+                    names.split(),
+                    [list(c) for c in zip(*values, strict=True)] or [[] for _ in names.split()],
+                    strict=False,
+                )
+            )
+
         params: dict[str, Any] = {"tenant": self.tenant, "user": user_id, "now": time.time()}
         params.update(
-            n=[], ext=[], ts=[], nt=[], meta=[], tn=[], ti=[], tr=[], tc=[], vn=[], vname=[], vec=[]
+            columns(
+                "n ext ts nt meta", [(n, r[0].external_id, r[4], len(r[2]), r[3]) for n, r in enumerate(rows)]
+            )
         )
-        for n, (new, _, pairs, meta_json, ts) in enumerate(rows):
-            for key, value in (
-                ("n", n),
-                ("ext", new.external_id),
-                ("ts", ts),
-                ("nt", len(pairs)),
-                ("meta", meta_json),
-            ):
-                params[key].append(value)
-            for i, (role, content) in enumerate(pairs):
-                for key, value in (("tn", n), ("ti", i), ("tr", role), ("tc", content)):
-                    params[key].append(value)
-            for name, vector in (new.vectors or {}).items():
-                for key, value in (("vn", n), ("vname", name), ("vec", _vector_blob(vector))):
-                    params[key].append(value)
+        params.update(
+            columns("tn ti tr tc", [(n, i, *turn) for n, r in enumerate(rows) for i, turn in enumerate(r[2])])
+        )
+        params.update(
+            columns(
+                "vn vname vec",
+                [
+                    (n, e, _vector_blob(v))
+                    for n, r in enumerate(rows)
+                    for e, v in (r[0].vectors or {}).items()
+                ],
+            )
+        )
         psycopg = self._shared.psycopg
-        with self._shared.pool.connection() as conn:
+        with self._writing() as (conn, sent):
             try:
                 with conn.pipeline() as pipeline:
                     conn.execute("BEGIN")
@@ -426,6 +442,7 @@ class PostgresStore(SqlStore):
                         (self.tenant, user_id),
                     )
                     conn.execute("COMMIT")
+                    sent.append(True)
                     pipeline.sync()
                     head, ids = locked.fetchall(), made.fetchall()
                 taken = None
@@ -434,8 +451,7 @@ class PostgresStore(SqlStore):
                     raise
                 taken = exc
             finally:  # an error left the transaction open (failed): end it before the pool takes it back
-                idle = psycopg.pq.TransactionStatus.IDLE
-                if not conn.closed and conn.info.transaction_status != idle:
+                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.execute("ROLLBACK")
         if taken is not None:  # which session's id, for the error (rare)
             of_user = "(SELECT id FROM users WHERE tenant = %s AND user_id = %s)"
