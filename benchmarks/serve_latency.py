@@ -17,7 +17,8 @@
    (each request: retrieve from the user's history, inject, forward, stream, record the exchange).
    Each active user is touched once on every replica it is routed to before the timed run (their
    index is built then; these first touches are reported apart as the cold latency).
-Prints p50/p99 of the full streamed answer time for both, the difference (added latency), time to
+Prints p50/p99 of the full streamed answer time for both, the difference (added latency), the same
+through the gateway with memory off (``"personalign": {"memory": false}``: the proxy alone), time to
 first content byte, requests per second, the load average, and the gateway's CPU per request, for
 every combination of ``--replicas`` and ``--concurrency`` (lists) on the one filled store.
 Target: p50 added < 10 ms at 10^5 sessions.
@@ -225,6 +226,7 @@ async def drive(
     jobs: list[tuple[str, str]],
     concurrency: int,
     route: str = "turn",
+    memory: bool = True,
 ) -> tuple[list[float], list[float], float, int]:
     """Run the jobs (user, text) with `concurrency` streaming clients; (totals, first bytes, wall, errors).
 
@@ -245,6 +247,8 @@ async def drive(
                 url, user, text = queue.get_nowait()
                 body = {"model": "stub", "user": user, "stream": True,
                         "messages": [{"role": "user", "content": text}]}  # fmt: skip
+                if not memory:
+                    body["personalign"] = {"memory": False}
                 started = time.perf_counter()
                 first = None
                 try:
@@ -390,6 +394,10 @@ def measure(
         time.sleep(1.0)  # let the last index upkeep finish: it is part of each request's cost
         gw_cpu = sum(cpu_seconds(g.pid) for g in gateways) - cpu_before
         metrics = scrape(ports)
+        # the same requests with memory off (no retrieval, no recording): the proxy's own cost
+        o_tot, o_first, o_wall, o_err = asyncio.run(
+            drive(gw_urls, headers, jobs, concurrency, ns.route, memory=False)
+        )
     routed = "" if replicas == 1 else f", routed by {'user' if ns.route == 'user' else 'turn (in turn)'}"
     print(f"\n## {replicas} gateway replica(s){routed}, {concurrency} concurrent streaming clients")
     print(
@@ -401,11 +409,14 @@ def measure(
     for label, totals, firsts, wall, errors in (
         ("direct to stub", d_tot, d_first, d_wall, d_err),
         ("through gateway", g_tot, g_first, g_wall, g_err),
+        ("through gateway, memory off", o_tot, o_first, o_wall, o_err),
     ):
         print(f"| {label} | {pct(totals, 50):.1f} | {pct(totals, 99):.1f} | {pct(firsts, 50):.1f} ", end="")
         print(f"| {len(totals) / wall:.0f} | {errors} |")
     print(f"added latency: p50 {pct(g_tot, 50) - pct(d_tot, 50):.1f} ms, ", end="")
-    print(f"p99 {pct(g_tot, 99) - pct(d_tot, 99):.1f} ms")
+    print(f"p99 {pct(g_tot, 99) - pct(d_tot, 99):.1f} ms ", end="")
+    off50, off99 = pct(o_tot, 50) - pct(d_tot, 50), pct(o_tot, 99) - pct(d_tot, 99)
+    print(f"(memory off: p50 {off50:.1f} ms, p99 {off99:.1f} ms)")
     print(f"cold first touch per user (index build): p50 {pct(cold, 50):.1f} ms, ", end="")
     print(f"p99 {pct(cold, 99):.1f} ms ({cold_err} errors)")
     per_request = 1000 * gw_cpu / max(1, len(g_tot))
