@@ -31,15 +31,13 @@ from typing import Any
 
 from personalign.llm.types import GenerateConfig
 from personalign.types import Message
+from personalign.userdirs import cache_root
 
 CACHE_VERSION = 1
 
 
 def default_cache_path() -> Path:
-    root = os.environ.get("PERSONALIGN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "personalign"
-    )
-    return Path(root) / "calls.sqlite"
+    return cache_root() / "calls.sqlite"
 
 
 @functools.lru_cache(maxsize=1024)  # >= the prompts of all instances in flight

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from personalign.errors import ConfigError, PersonalignError
+from personalign.userdirs import cache_root
 
 if TYPE_CHECKING:  # httpx loads in ~40 ms; only `protocol fetch` needs it, not every CLI start
     import httpx
@@ -90,10 +91,7 @@ class UpstreamSource:
 
 def protocol_cache_root() -> Path:
     """The protocols cache: ``<$PERSONALIGN_CACHE_DIR or $XDG_CACHE_HOME/personalign>/protocols``."""
-    root = os.environ.get("PERSONALIGN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "personalign"
-    )
-    return Path(root) / "protocols"
+    return cache_root() / "protocols"
 
 
 def cache_dir(source: UpstreamSource) -> Path:

@@ -14,6 +14,7 @@ from personalign.retrieval.dense import (
     Embedder,
     HashingEmbedder,
     MiniLMOnnxEmbedder,
+    MiniLMQ8Embedder,
     SentenceTransformerEmbedder,
     load_embedder,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Hit",
     "IncrementalBM25",
     "MiniLMOnnxEmbedder",
+    "MiniLMQ8Embedder",
     "OkapiBM25Index",
     "SentenceTransformerEmbedder",
     "load_embedder",

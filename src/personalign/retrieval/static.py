@@ -9,7 +9,6 @@ The table is distilled once (~1 min on one core) into the user cache dir and loa
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from personalign.errors import ConfigError
+from personalign.retrieval.extras import import_extra
+from personalign.userdirs import cache_root
 
 Matrix = npt.NDArray[np.float32]
 
@@ -28,11 +29,8 @@ _BATCH = 512
 
 
 def static_cache_dir() -> Path:
-    """Where distilled tables live: ``$PERSONALIGN_CACHE_DIR`` or ``$XDG_CACHE_HOME/personalign``."""
-    root = os.environ.get("PERSONALIGN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "personalign"
-    )
-    return Path(root) / "static-embedders"
+    """Where distilled tables live: ``static-embedders`` in the user cache dir (``cache_root()``)."""
+    return cache_root() / "static-embedders"
 
 
 def post_process(raw: Matrix, dims: int, sif_coefficient: float | None = SIF_COEFFICIENT) -> Matrix:
@@ -68,14 +66,7 @@ def token_table(
 
 
 def _import_model2vec() -> Any:
-    try:
-        import model2vec
-    except ImportError as exc:
-        raise ConfigError(
-            "embedder 'static' needs model2vec: pip install 'personalign[static]' "
-            "(or use --embedder minilm, the default)"
-        ) from exc
-    return model2vec
+    return import_extra("model2vec", embedder="static", extra="static")
 
 
 class StaticEmbedder:
