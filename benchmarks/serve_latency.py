@@ -238,7 +238,10 @@ async def drive(
     for n, (user, text) in enumerate(jobs):
         at = n % len(urls) if route == "turn" else replica_of(user, len(urls))
         queue.put_nowait((urls[at], user, text))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    # a kept-alive connection per client and replica: with one pool-wide slot per client, a client
+    # alternating between two replicas would open a new connection for every request
+    slots = concurrency * len(urls)
+    limits = httpx.Limits(max_connections=slots, max_keepalive_connections=slots)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
 
         async def worker() -> None:
