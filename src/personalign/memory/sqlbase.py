@@ -533,9 +533,10 @@ class SqlStore(ABC):
         """Store validated sessions ``(new, source, pairs, metadata JSON, ts)`` in one transaction with
         the revision bump; (user's internal id, revision before, first seq, the sessions' ids in order).
 
-        Three round trips on a server, however many sessions: the user row locked, then (sent with it,
-        run once the lock is held) the next seq and whether any external id is taken; the sessions
-        inserted; the rest with the commit. (PostgreSQL overrides this with one round trip.)"""
+        Three steps, however many sessions (three round trips on a server backend that ran this: the
+        PostgreSQL store overrides it with one): the user row locked, then (sent with it, run once the
+        lock is held) the next seq and whether any external id is taken; the sessions inserted; the
+        rest with the commit."""
         external = [new.external_id for new, *_ in rows if new.external_id is not None]
         turns: list[tuple[Any, ...]] = []
         vectors: list[tuple[Any, ...]] = []
