@@ -180,35 +180,16 @@ def _stored_sessions(
 class Tx:
     """One open transaction (or read) on a DB-API cursor, with the store's placeholder style."""
 
-    def __init__(self, cursor: Any, paramstyle: str, *, pipelined: bool = False) -> None:
+    def __init__(self, cursor: Any, paramstyle: str) -> None:
         self.cursor = cursor
         self._pg = paramstyle == "format"
-        # results arrive only when read: rows() is then only for statements that return rows
-        self.pipelined = pipelined
 
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self._pg else sql
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self.cursor.execute(self._sql(sql), tuple(params))
-        if self.pipelined:
-            return [tuple(r) for r in self.cursor.fetchall()]  # waits for the result
         return [tuple(r) for r in self.cursor.fetchall()] if self.cursor.description is not None else []
-
-    def rows_each(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
-        """Each query's rows, the queries run in order (in a pipelined write, all sent before any
-        result is waited for: one round trip). Each runs after the one before has finished, so a
-        query after a row lock sees what the lock waited for."""
-        if not self.pipelined:
-            return [self.rows(sql, params) for sql, params in queries]
-        cursors = [self.cursor.connection.cursor() for _ in queries]
-        try:
-            for cur, (sql, params) in zip(cursors, queries, strict=True):
-                cur.execute(self._sql(sql), tuple(params))
-            return [[tuple(r) for r in cur.fetchall()] for cur in cursors]
-        finally:
-            for cur in cursors:
-                cur.close()
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         found = self.rows(sql, params)
@@ -218,11 +199,6 @@ class Tx:
         """Execute a statement; return the number of rows it changed."""
         self.cursor.execute(self._sql(sql), tuple(params))
         return int(self.cursor.rowcount or 0)
-
-    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Execute a statement whose result is not needed (in a pipelined write it is only sent: its
-        error, if any, is raised by the next read or the commit, and the write rolls back)."""
-        self.cursor.execute(self._sql(sql), tuple(params))
 
     def many(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
         batch = [tuple(p) for p in params]
@@ -248,13 +224,8 @@ class SqlStore(ABC):
     # --- backend hooks -----------------------------------------------------------------------
 
     @abstractmethod
-    def _write(self, *, pipeline: bool = False) -> AbstractContextManager[Tx]:
-        """One write transaction: all of it lands, or (on an error or a kill) none of it.
-
-        ``pipeline``: a server backend sends statements without waiting for their results until one
-        is read (``Tx.rows``/``one``) or the transaction commits; ``Tx.run``'s row count is then not
-        available, so only writes that read results through ``rows``/``one`` and send the rest with
-        ``send``/``many`` ask for it."""
+    def _write(self) -> AbstractContextManager[Tx]:
+        """One write transaction: all of it lands, or (on an error or a kill) none of it."""
 
     @abstractmethod
     def _read_tx(self) -> AbstractContextManager[Tx]:
@@ -318,7 +289,7 @@ class SqlStore(ABC):
 
     @staticmethod
     def _bump(tx: Tx, uid: int) -> None:
-        tx.send("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
+        tx.run("UPDATE users SET revision = revision + 1 WHERE id = ?", (uid,))
 
     def _text(self, value: Any, source: str, row: int | None, field: str) -> str:
         check_text(value, source, row, field)
@@ -519,13 +490,13 @@ class SqlStore(ABC):
         )
 
     @staticmethod
-    def _taken(rows: Sequence[tuple[Any, ...]], taken: Callable[[str], Any]) -> DataError:
-        """The error for a batch of validated sessions one of whose external ids is already stored
-        (``taken(id)``: whether it is), naming the first such session."""
+    def _taken(rows: Sequence[tuple[Any, ...]], taken: Callable[[str], Any]) -> DataError | None:
+        """The error naming the first of a batch's validated sessions whose external id is already
+        stored (``taken(id)``: whether it is); None when none is."""
         for new, source, *_ in rows:
             if new.external_id is not None and taken(new.external_id):
                 return DataError(source, None, "external_id", "a session with this id is already stored")
-        return DataError("sessions", None, "external_id", "an id in this batch is already stored")
+        return None
 
     def _insert_sessions(
         self, user_id: str, rows: Sequence[tuple[Any, ...]]
@@ -533,45 +504,25 @@ class SqlStore(ABC):
         """Store validated sessions ``(new, source, pairs, metadata JSON, ts)`` in one transaction with
         the revision bump; (user's internal id, revision before, first seq, the sessions' ids in order).
 
-        Three steps, however many sessions (three round trips on a server backend that ran this: the
-        PostgreSQL store overrides it with one): the user row locked, then (sent with it, run once the
-        lock is held) the next seq and whether any external id is taken; the sessions inserted; the
-        rest with the commit."""
-        external = [new.external_id for new, *_ in rows if new.external_id is not None]
+        The PostgreSQL store overrides it with one round trip."""
         turns: list[tuple[Any, ...]] = []
         vectors: list[tuple[Any, ...]] = []
         ids: list[int] = []
-        with self._write(pipeline=True) as tx:
-            of_user = "(SELECT id FROM users WHERE tenant = ? AND user_id = ?)"
-            marks = ", ".join("?" * len(external))
-            taken = (
-                f"SELECT COUNT(*) FROM sessions WHERE uid = {of_user} AND external_id IN ({marks})"
-                if external
-                else "SELECT 0"
+        with self._write() as tx:
+            uid = self._uid(tx, user_id, lock=True)
+            row = tx.one(
+                "SELECT revision, (SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = ?)"
+                " FROM users WHERE id = ?",
+                (uid, uid),
             )
-            locked, state = tx.rows_each(
-                [
-                    (
-                        "SELECT id, revision FROM users WHERE tenant = ? AND user_id = ?" + self.lock_suffix,
-                        (self.tenant, user_id),
-                    ),
-                    (
-                        f"SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM sessions WHERE uid = {of_user}),"
-                        f" ({taken})",
-                        (self.tenant, user_id, *((self.tenant, user_id, *external) if external else ())),
-                    ),
-                ]
+            assert row is not None  # the row is locked
+            revision, seq = int(row[0]), int(row[1])
+            taken = self._taken(
+                rows,
+                lambda ext: tx.one("SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, ext)),
             )
-            if not locked:
-                raise UnknownUserError(user_id, self.url)
-            uid, revision, seq = int(locked[0][0]), int(locked[0][1]), int(state[0][0])
-            if int(state[0][1]):  # which one, for the error (rare)
-                raise self._taken(
-                    rows,
-                    lambda ext: tx.one(
-                        "SELECT 1 FROM sessions WHERE uid = ? AND external_id = ?", (uid, ext)
-                    ),
-                )
+            if taken is not None:
+                raise taken
             now = time.time()
             for start in range(0, len(rows), SESSION_BATCH):  # one multi-row statement per batch
                 chunk = rows[start : start + SESSION_BATCH]
@@ -595,8 +546,7 @@ class SqlStore(ABC):
                         (uid, "s", session_id, e, _vector_blob(v)) for e, v in (new.vectors or {}).items()
                     )
                     ids.append(session_id)
-            # one batch each for the turns and vectors of every session, sent with the revision bump and
-            # the commit (one round trip in all on a server: nothing is waited for until the commit)
+            # one batch each for the turns and vectors of every session
             tx.many("INSERT INTO turns (session_id, uid, idx, role, content) VALUES (?, ?, ?, ?, ?)", turns)
             tx.many(
                 "INSERT INTO embeddings (uid, unit, unit_id, embedder, vector) VALUES (?, ?, ?, ?, ?)",

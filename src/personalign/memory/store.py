@@ -274,7 +274,7 @@ class MemoryStore(SqlStore):
     # --- backend hooks -----------------------------------------------------------------------
 
     @contextmanager
-    def _write(self, *, pipeline: bool = False) -> Iterator[Tx]:  # one process: nothing to pipeline
+    def _write(self) -> Iterator[Tx]:
         with self._shared.lock:
             cur = self._shared.conn.cursor()
             cur.execute("BEGIN IMMEDIATE")

@@ -20,11 +20,11 @@ import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from personalign.errors import ConfigError
+from personalign.errors import ConfigError, DataError
 from personalign.memory.backend import DEFAULT_LIMITS, DEFAULT_TENANT, Limits, UnknownUserError
 from personalign.memory.sqlbase import SqlStore, Tx, _vector_blob, check_tenant
 
@@ -272,15 +272,10 @@ class PostgresStore(SqlStore):
         return self._shared.read_retries
 
     @contextmanager
-    def _write(self, *, pipeline: bool = False) -> Iterator[Tx]:
-        with (
-            self._writing() as (conn, sent),
-            conn.pipeline() if pipeline else nullcontext(),
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            yield Tx(cur, "format", pipelined=pipeline)
-            sent.append(True)  # the exits below send the COMMIT (and, pipelined, wait for it)
+    def _write(self) -> Iterator[Tx]:
+        with self._writing() as (conn, sent), conn.transaction(), conn.cursor() as cur:
+            yield Tx(cur, "format")
+            sent.append(True)  # the exit below sends the COMMIT
 
     @contextmanager
     def _writing(self) -> Iterator[tuple[Any, list[bool]]]:
@@ -455,12 +450,15 @@ class PostgresStore(SqlStore):
                     conn.execute("ROLLBACK")
         if taken is not None:  # which session's id, for the error (rare)
             of_user = "(SELECT id FROM users WHERE tenant = %s AND user_id = %s)"
-            raise self._taken(
+            named = self._taken(
                 rows,
                 lambda ext: self._read(
                     f"SELECT 1 FROM sessions WHERE uid = {of_user} AND external_id = %s",
                     (self.tenant, user_id, ext),
                 ),
+            )
+            raise named or DataError(
+                "sessions", None, "external_id", "an id in this batch is already stored"
             ) from None
         if not head:
             raise UnknownUserError(user_id, self.url)
