@@ -393,35 +393,30 @@ class PostgresStore(SqlStore):
         self, user_id: str, rows: Sequence[tuple[Any, ...]]
     ) -> tuple[int, int, int, list[int]]:
         # One round trip: the row lock, the one-statement insert, the revision bump and the commit
-        # sent together (SqlStore's generic write takes three: it needs the ids and seq back first).
-        def columns(names: str, values: list[tuple[Any, ...]]) -> dict[str, list[Any]]:
-            return dict(
-                zip(
-                    names.split(),
-                    [list(c) for c in zip(*values, strict=True)] or [[] for _ in names.split()],
-                    strict=False,
-                )
-            )
-
-        params: dict[str, Any] = {"tenant": self.tenant, "user": user_id, "now": time.time()}
-        params.update(
-            columns(
-                "n ext ts nt meta", [(n, r[0].external_id, r[4], len(r[2]), r[3]) for n, r in enumerate(rows)]
-            )
-        )
-        params.update(
-            columns("tn ti tr tc", [(n, i, *turn) for n, r in enumerate(rows) for i, turn in enumerate(r[2])])
-        )
-        params.update(
-            columns(
-                "vn vname vec",
-                [
-                    (n, e, _vector_blob(v))
-                    for n, r in enumerate(rows)
-                    for e, v in (r[0].vectors or {}).items()
-                ],
-            )
-        )
+        # sent together (the generic write needs the sessions' ids back before it inserts their turns).
+        turns = [
+            (n, i, role, content)
+            for n, (_, _, pairs, *_) in enumerate(rows)
+            for i, (role, content) in enumerate(pairs)
+        ]
+        vectors = [
+            (n, name, _vector_blob(v))
+            for n, (new, *_) in enumerate(rows)
+            for name, v in (new.vectors or {}).items()
+        ]
+        params: dict[str, Any] = {
+            "tenant": self.tenant,
+            "user": user_id,
+            "now": time.time(),
+            # one entry per session, per turn and per vector (_INSERT_SESSIONS unnests them)
+            "n": list(range(len(rows))),
+            "ext": [new.external_id for new, *_ in rows],
+            "ts": [ts for *_, ts in rows],
+            "nt": [len(pairs) for _, _, pairs, *_ in rows],
+            "meta": [meta_json for *_, meta_json, _ in rows],
+            **{key: [t[k] for t in turns] for k, key in enumerate(("tn", "ti", "tr", "tc"))},
+            **{key: [v[k] for v in vectors] for k, key in enumerate(("vn", "vname", "vec"))},
+        }
         psycopg = self._shared.psycopg
         with self._writing() as (conn, sent):
             try:
