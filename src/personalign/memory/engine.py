@@ -216,7 +216,7 @@ class MemoryEngine:
         ``recorded``: a write this process just made for the user; an index that held the user as
         they were before it takes the sessions in without reading the store."""
         with self._lock:
-            index = self._indexes.get(user_id) if recorded is not None else None
+            index = self._indexes.get(user_id)
             if index is None or recorded is None or not index.take(recorded):
                 index = self._index(user_id)
             index.prepare()

@@ -107,10 +107,8 @@ class UserIndex:
         the user exactly as they were before that write and the sessions come after every indexed one
         (else False: nothing changes and a :meth:`refresh` reads what moved)."""
         new = recorded.sessions
-        if recorded.before != self._revision:
-            return False
         ordered = [_order(s) for s in new]
-        if ordered != sorted(ordered) or (new and self.sessions and ordered[0] <= _order(self.sessions[-1])):
+        if recorded.before != self._revision or ordered != sorted(ordered) or not self._follows(new):
             return False
         if new:
             mine = recorded.vectors.get(self.embedder.name, {}) if self.embedder is not None else {}
@@ -127,11 +125,15 @@ class UserIndex:
             if self.embedder is not None:
                 units.vectors(self.embedder)
 
+    def _follows(self, new: Sequence[StoredSession]) -> bool:
+        """Whether sessions in the store's order (time, then insertion) all come after the newest
+        indexed one, so appending keeps the index in that order."""
+        return not (new and self.sessions) or _order(new[0]) > _order(self.sessions[-1])
+
     def _refresh_sessions(self, found: CatchUp) -> None:
         new = found.sessions
         known: Mapping[tuple[str, int], np.ndarray] | None = found.vectors
-        in_order = not (new and self.sessions) or _order(new[0]) > _order(self.sessions[-1])
-        if len(self.sessions) + len(new) != found.count or not in_order:
+        if len(self.sessions) + len(new) != found.count or not self._follows(new):
             # rows deleted, or a session older than the newest indexed one: rebuild in the store's order
             self._reset_sessions()
             new = self.store.sessions(self.user_id, until_id=found.last)
