@@ -280,11 +280,6 @@ async def drive(
     return totals, firsts, wall, errors
 
 
-def metric(text: str, name: str) -> float:
-    """The sum of an unlabelled sample over one or more Prometheus text expositions (0 when absent)."""
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == name)
-
-
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q)) * 1000 if values else float("nan")
 
@@ -433,8 +428,8 @@ def measure(
         ("personalign_index_upkeep_seconds", "index upkeep after the answer (off the request path)"),
         ("personalign_http_request_seconds", "whole request"),
     ):
-        count = chat_sum(metrics, f"{name}_count") - chat_sum(before, f"{name}_count")
-        total = chat_sum(metrics, f"{name}_sum") - chat_sum(before, f"{name}_sum")
+        count = metric(metrics, f"{name}_count") - metric(before, f"{name}_count")
+        total = metric(metrics, f"{name}_sum") - metric(before, f"{name}_sum")
         if count:
             print(f"  {what}: {1000 * total / count:.1f} ms")
 
@@ -444,8 +439,9 @@ def scrape(ports: list[int]) -> str:
     return "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports)
 
 
-def chat_sum(metrics: str, sample: str) -> float:
-    """The sum of ``sample`` over the replicas' expositions: unlabelled, or labelled for the chat route."""
+def metric(metrics: str, sample: str) -> float:
+    """The sum of ``sample`` over one or more Prometheus text expositions (the replicas'): unlabelled,
+    or labelled for the chat route (0 when absent)."""
     return sum(
         float(line.split()[-1])
         for line in metrics.splitlines()
