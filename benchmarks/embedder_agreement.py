@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from personalign.benchmarks.cupid.data import load_cupid
+from personalign.benchmarks.hicupid.data import load_hicupid
 from personalign.retrieval import Embedder, load_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,29 +40,20 @@ def _package_file(package: str, name: str) -> str:
     return (resources.files(package) / "fixtures" / name).read_text(encoding="utf-8")
 
 
-def _jsonl(text: str) -> Iterator[dict[str, Any]]:
-    return (json.loads(line) for line in text.splitlines() if line.strip())
-
-
 def gather() -> tuple[list[str], list[str]]:
     """(corpus, queries): sessions and turns, and user texts, from every fixture in the repository."""
     sessions: list[list[tuple[str, str]]] = []  # each a list of (role, text)
     queries: list[str] = []
-    cupid = list(_jsonl(_package_file("personalign.benchmarks.cupid", "cupid_sample.jsonl")))
+    for item in load_cupid("fixture").instances:
+        queries.append(item.current_request)
+        sessions += [[(m.role, m.content) for m in s.dialogue] for s in item.prior_interactions]
     journeys = json.loads((ROOT / "fixtures_src" / "cupid_journeys.json").read_text(encoding="utf-8"))
-    for item in cupid:
-        queries.append(item["current_request"])
-        sessions += [[(t["role"], t["content"]) for t in s["dialogue"]] for s in item["prior_interactions"]]
     for journey in journeys:
         sessions += [[(t["role"], t["content"]) for t in s["dialogue"]] for s in journey["sessions"]]
-    dialogues: dict[tuple[int, int], list[tuple[str, str]]] = {}
-    for row in _jsonl(_package_file("personalign.benchmarks.hicupid", "hicupid_dialogue.jsonl")):
-        key = (row["user_id"], row["dialogue_id"])
-        dialogues.setdefault(key, []).extend([("user", row["user"]), ("assistant", row["assistant"])])
-    sessions += dialogues.values()
-    queries += [
-        q["question"] for q in _jsonl(_package_file("personalign.benchmarks.hicupid", "hicupid_qa.jsonl"))
-    ]
+    hicupid = load_hicupid("fixture")
+    for history in hicupid.histories.values():
+        sessions += [[(m.role, m.content) for m in d.messages()] for d in history.dialogues]
+    queries += [q.question for q in hicupid.qa]
     prefeval = json.loads(_package_file("personalign.benchmarks.prefeval", "prefeval_sample.json"))
     for name, rows in prefeval.items():
         for row in rows:
