@@ -125,11 +125,7 @@ def test_a_lookup_reads_the_user_row_once_and_keeps_nothing_for_unknown_users(
     assert service.lookup("t", "nobody", "Lisbon", k_sessions=3, k_memories=3)[1] is None
     assert engine._indexes == {}  # an unknown user's (empty) index is not cached
     service.record_turn("t", "ana", turn("Lisbon trip planning."), session_id="s1", metadata={})
-    view = service.view("t")
-    reads: list[str] = []
-    for name in ("has_user", "catch_up"):
-        original = getattr(view, name)
-        monkeypatch.setattr(view, name, lambda *a, _o=original, _n=name, **k: reads.append(_n) or _o(*a, **k))
+    reads = count_reads(service.view("t"), monkeypatch, ("has_user", "catch_up"))
     found = service.lookup("t", "ana", "Lisbon trip", k_sessions=3, k_memories=3)[1]
     assert found is not None and len(found.sessions) == 1
     assert reads == ["catch_up"]  # the existence check and the refresh are one read
@@ -141,9 +137,14 @@ def test_a_lookup_reads_the_user_row_once_and_keeps_nothing_for_unknown_users(
     assert "ana" not in engine._indexes
 
 
-def count_reads(view: object, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def count_reads(
+    view: object,
+    monkeypatch: pytest.MonkeyPatch,
+    names: tuple[str, ...] = ("catch_up", "sessions", "vectors", "user_version", "has_user"),
+) -> list[str]:
+    """The names of ``view``'s read methods, in the order they are called from now on."""
     reads: list[str] = []
-    for name in ("catch_up", "sessions", "vectors", "user_version", "has_user"):
+    for name in names:
         original = getattr(view, name)
         monkeypatch.setattr(view, name, lambda *a, _o=original, _n=name, **k: reads.append(_n) or _o(*a, **k))
     return reads
